@@ -1,0 +1,35 @@
+"""One exception hierarchy for densitas.
+
+Every error densitas raises on purpose derives from :class:`DensitasError`; each subclass also derives from
+the builtin a Python user would catch for that situation, so ``except ValueError`` keeps working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DensitasError",
+    "DeviceError",
+    "InputError",
+    "NotFittedError",
+    "UnsupportedQueryError",
+]
+
+
+class DensitasError(Exception):
+    """Base class of every error raised by densitas."""
+
+
+class InputError(DensitasError, ValueError):
+    """An argument has a bad value, shape or dtype. The message names the argument and the value."""
+
+
+class DeviceError(DensitasError, RuntimeError):
+    """A requested device or backend cannot be used (no CUDA device, Triton missing, ...)."""
+
+
+class NotFittedError(DensitasError, AttributeError):
+    """An estimator was used before ``fit``."""
+
+
+class UnsupportedQueryError(DensitasError, NotImplementedError):
+    """A SQL construct the approximate engine cannot answer; the message names the construct."""

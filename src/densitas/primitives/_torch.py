@@ -1,0 +1,292 @@
+"""PyTorch implementations of the primitives: the CPU path, the fallback on CUDA, and the test oracle.
+
+Every function takes validated tensors (see :mod:`densitas.primitives.api`) and returns tensors.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from densitas._backend.dispatch import register
+from densitas.primitives._common import acc_dtype, compute_dtype, identity
+
+# ----------------------------------------------------------------------------------------- reduce
+
+
+@register("reduce", "torch")
+def reduce(x: torch.Tensor, op: str, axis: int | None) -> torch.Tensor:
+    out_dtype = acc_dtype(x.dtype, op)
+    if axis is None:
+        x = x.reshape(-1)
+        axis = 0
+    if op == "sum":
+        return torch.sum(x, dim=axis, dtype=out_dtype)
+    if op == "prod":
+        return torch.prod(x, dim=axis, dtype=out_dtype)
+    if op == "mean":
+        return torch.mean(x.to(out_dtype), dim=axis)
+    xc = x.to(compute_dtype(x.dtype, op))
+    r = torch.amin(xc, dim=axis) if op == "min" else torch.amax(xc, dim=axis)
+    return r.to(out_dtype)
+
+
+# ------------------------------------------------------------------------------------------- scan
+
+
+def _inclusive_scan_last(x: torch.Tensor, op: str) -> torch.Tensor:
+    if op == "sum":
+        return torch.cumsum(x, dim=-1)
+    if op == "prod":
+        return torch.cumprod(x, dim=-1)
+    if op == "min":
+        return torch.cummin(x, dim=-1).values
+    return torch.cummax(x, dim=-1).values
+
+
+def _exclusive_from(x: torch.Tensor, op: str, incl_fn) -> torch.Tensor:
+    ident = identity(op, x.dtype)
+    shifted = torch.empty_like(x)
+    shifted[..., 0] = ident
+    shifted[..., 1:] = x[..., :-1]
+    return incl_fn(shifted)
+
+
+@register("scan", "torch")
+def scan(x: torch.Tensor, op: str, inclusive: bool, reverse: bool, axis: int) -> torch.Tensor:
+    out_dtype = acc_dtype(x.dtype, op)
+    xc = x.to(compute_dtype(x.dtype, op)).movedim(axis, -1)
+    if xc.shape[-1] == 0:
+        return torch.empty(x.shape, dtype=out_dtype, device=x.device)
+    if reverse:
+        xc = xc.flip(-1)
+    if inclusive:
+        r = _inclusive_scan_last(xc, op)
+    else:
+        r = _exclusive_from(xc, op, lambda t: _inclusive_scan_last(t, op))
+    if reverse:
+        r = r.flip(-1)
+    return r.movedim(-1, axis).to(out_dtype).contiguous()
+
+
+@register("segmented_scan", "torch")
+def segmented_scan(x: torch.Tensor, seg: torch.Tensor, op: str, inclusive: bool) -> torch.Tensor:
+    """Segmented scan of a 1-D tensor with non-decreasing segment ids (vectorised over segments)."""
+    out_dtype = acc_dtype(x.dtype, op)
+    xc = x.to(compute_dtype(x.dtype, op))
+    n = xc.shape[0]
+    if n == 0:
+        return torch.empty(0, dtype=out_dtype, device=x.device)
+    ident = identity(op, xc.dtype)
+    starts = torch.ones(n, dtype=torch.bool, device=x.device)
+    starts[1:] = seg[1:] != seg[:-1]
+    if not inclusive:
+        shifted = torch.full_like(xc, ident)
+        shifted[1:] = xc[:-1]
+        shifted[starts] = ident
+        xc = shifted
+    if op == "sum" and not xc.dtype.is_floating_point:
+        c = torch.cumsum(xc, 0)
+        start_idx = torch.cummax(torch.where(starts, torch.arange(n, device=x.device), 0), 0).values
+        before = torch.where(start_idx > 0, c[(start_idx - 1).clamp_min(0)], torch.zeros_like(c))
+        return (c - before).to(out_dtype)
+    # General (and floating-point) path: pad segments into rows and scan each row; exact per segment.
+    seg_index = torch.cumsum(starts.to(torch.int64), 0) - 1
+    nseg = int(seg_index[-1]) + 1
+    start_pos = torch.nonzero(starts).squeeze(1)
+    lengths = torch.diff(torch.cat([start_pos, torch.tensor([n], device=x.device)]))
+    width = int(lengths.max())
+    col = torch.arange(n, device=x.device) - start_pos[seg_index]
+    pad = torch.full((nseg, width), ident, dtype=xc.dtype, device=x.device)
+    pad[seg_index, col] = xc
+    r = _inclusive_scan_last(pad, op)
+    return r[seg_index, col].to(out_dtype)
+
+
+# --------------------------------------------------------------------------------- reduce_by_key
+
+
+@register("reduce_by_key", "torch")
+def reduce_by_key(keys: torch.Tensor, values: torch.Tensor, op: str, num_keys: int) -> torch.Tensor:
+    """``values`` is (n, c); returns (num_keys, c)."""
+    out_dtype = acc_dtype(values.dtype, op)
+    cdt = compute_dtype(values.dtype, op)
+    v = values.to(cdt)
+    c = v.shape[1]
+    idx = keys.to(torch.int64)
+    if op in ("sum", "mean"):
+        if cdt.is_floating_point:
+            out = torch.zeros((num_keys, c), dtype=cdt, device=v.device)
+            out.index_add_(0, idx, v)
+        else:
+            out = torch.zeros((num_keys, c), dtype=torch.int64, device=v.device)
+            out.index_add_(0, idx, v.to(torch.int64))
+        if op == "mean":
+            counts = torch.bincount(idx, minlength=num_keys).to(out_dtype)
+            out = out.to(out_dtype) / counts[:, None]
+        return out.to(out_dtype)
+    reduce_name = {"prod": "prod", "min": "amin", "max": "amax"}[op]
+    out = torch.full((num_keys, c), identity(op, cdt), dtype=cdt, device=v.device)
+    out.scatter_reduce_(0, idx[:, None].expand(-1, c), v, reduce=reduce_name, include_self=True)
+    if op in ("min", "max") and cdt.is_floating_point:
+        # scatter_reduce's amin/amax ignore NaN on some builds; NumPy propagates it.
+        nan_rows = torch.zeros(num_keys, c, dtype=torch.bool, device=v.device)
+        nan_rows.index_put_((idx[:, None].expand(-1, c), torch.arange(c, device=v.device).expand(len(idx), c)),
+                            torch.isnan(v), accumulate=True)
+        out = torch.where(nan_rows, torch.nan, out)
+    return out.to(out_dtype)
+
+
+# ---------------------------------------------------------------------------------------- compact
+
+
+@register("compact", "torch")
+def compact(x: torch.Tensor, mask: torch.Tensor, want_values: bool) -> tuple[torch.Tensor | None, torch.Tensor]:
+    idx = torch.nonzero(mask).squeeze(1)
+    return (x.index_select(0, idx) if want_values else None), idx
+
+
+# ------------------------------------------------------------------------------------------- sort
+
+
+def ordered_bits(keys: torch.Tensor, descending: bool) -> tuple[torch.Tensor, int]:
+    """Map keys to non-negative int64 whose unsigned order is the sort order; return ``(bits, nbits)``.
+
+    Floats use the sign-flip transform (NaN canonicalised so it sorts last ascending, first descending, like
+    ``torch.sort``); integers are offset by their minimum; descending inverts the bits.
+    """
+    if keys.dtype.is_floating_point:
+        k = keys.to(torch.float64)
+        k = torch.where(torch.isnan(k), torch.tensor(float("nan"), dtype=torch.float64, device=k.device), k)
+        k = torch.where(k == 0, torch.zeros_like(k), k)  # -0.0 == 0.0
+        b = k.view(torch.int64)
+        # negative: flip all bits; non-negative: flip the sign bit -> unsigned order; then drop to 63 bits
+        # by mapping into signed order instead (b ^ (b >> 63) & INT64_MAX) keeps torch's signed comparisons.
+        b = b ^ ((b >> 63) & 0x7FFFFFFFFFFFFFFF)
+        lo = b.min() if b.numel() else torch.tensor(0, device=b.device)
+        hi = b.max() if b.numel() else torch.tensor(0, device=b.device)
+    else:
+        b = keys.to(torch.int64)
+        lo = b.min() if b.numel() else torch.tensor(0, device=b.device)
+        hi = b.max() if b.numel() else torch.tensor(0, device=b.device)
+    span = int(hi) - int(lo)
+    if span.bit_length() <= 62:
+        u = b - lo  # in [0, span]
+        if descending:
+            u = span - u
+        return u, max(span.bit_length(), 1)
+    # Full 64-bit range: flip the sign bit so that the unsigned order of the bits is the signed order.
+    u = b ^ torch.tensor(-(2**63), dtype=torch.int64, device=b.device)
+    if descending:
+        u = ~u
+    return u, 64
+
+
+def split_radix_argsort(bits: torch.Tensor, nbits: int, exclusive_scan=None) -> torch.Tensor:
+    """Stable LSB-first radix sort by one-bit splits, as in source document 002.
+
+    For each bit b: e = ¬b, f = exclusive_scan(e), totalFalses = e[n−1] + f[n−1], t = i − f + totalFalses,
+    destination = b ? t : f. Returns the permutation that sorts ``bits``.
+    """
+    n = bits.shape[0]
+    perm = torch.arange(n, device=bits.device)
+    if n == 0:
+        return perm
+    cur = bits.clone()
+    i = torch.arange(n, device=bits.device)
+    for bit in range(nbits):
+        b = ((cur >> bit) & 1).to(torch.int64)
+        e = 1 - b
+        f = exclusive_scan(e) if exclusive_scan is not None else torch.cumsum(e, 0) - e
+        total_falses = e[-1] + f[-1]
+        t = i - f + total_falses
+        dest = torch.where(b.bool(), t, f)
+        new_cur = torch.empty_like(cur)
+        new_cur[dest] = cur
+        new_perm = torch.empty_like(perm)
+        new_perm[dest] = perm
+        cur, perm = new_cur, new_perm
+    return perm
+
+
+@register("argsort", "torch")
+def argsort(keys: torch.Tensor, descending: bool) -> torch.Tensor:
+    """Stable argsort. The library sort (CUB onesweep radix sort on CUDA) is the fast path."""
+    if keys.dtype == torch.bool:
+        keys = keys.to(torch.uint8)
+    if keys.dtype.is_floating_point and keys.numel():
+        keys = torch.where(keys == 0, torch.zeros_like(keys), keys)  # -0.0 ties with 0.0, as in NumPy
+    return torch.sort(keys, stable=True, descending=descending).indices
+
+
+# ------------------------------------------------------------------------------------ histograms
+
+
+def grid_indices(x: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, bins: torch.Tensor, linear: bool):
+    """Per-dimension bin index and fraction in float64 (shared by the PyTorch path and tests)."""
+    x = x.to(torch.float64)
+    inside = ((x >= lo) & (x <= hi)).all(dim=1)
+    if linear:
+        delta = (hi - lo) / (bins - 1)
+        t = (x - lo) / delta
+        i = torch.floor(t).clamp(min=0)
+        i = torch.minimum(i, (bins - 2).to(torch.float64))
+        frac = (t - i).clamp(0, 1)
+        return i.to(torch.int64), frac, inside
+    # NumPy's uniform-bin rule (numpy.lib._histograms_impl): index from the scaled value, then corrected
+    # against the edges lo + k·step so that values on an edge land where NumPy puts them.
+    step = (hi - lo) / bins
+    i = torch.floor((x - lo) * (bins / (hi - lo))).to(torch.int64)
+    i = torch.minimum(i, bins - 1).clamp(min=0)
+    left = lo + i * step
+    right = torch.where(i + 1 == bins, hi, lo + (i + 1) * step)
+    i = torch.where(x < left, i - 1, i)
+    i = torch.where((x >= right) & (i != bins - 1), i + 1, i)
+    return i.clamp(min=0), None, inside
+
+
+@register("histogram", "torch")
+def histogram(x: torch.Tensor, bins: tuple[int, ...], lo: tuple[float, ...], hi: tuple[float, ...],
+              weights: torch.Tensor | None, linear: bool) -> torch.Tensor:
+    """``x`` is (n, d); returns a float64 (linear or weighted) or int64 (counts) array of shape ``bins``."""
+    dev = x.device
+    lo_t = torch.tensor(lo, dtype=torch.float64, device=dev)
+    hi_t = torch.tensor(hi, dtype=torch.float64, device=dev)
+    bins_t = torch.tensor(bins, dtype=torch.int64, device=dev)
+    total = 1
+    for b in bins:
+        total *= b
+    strides = [1] * len(bins)
+    for k in range(len(bins) - 2, -1, -1):
+        strides[k] = strides[k + 1] * bins[k + 1]
+    i, frac, inside = grid_indices(x, lo_t, hi_t, bins_t, linear)
+    w = weights.to(torch.float64) if weights is not None else None
+    if not linear:
+        flat = (i * torch.tensor(strides, device=dev)).sum(1)
+        flat, keep_w = flat[inside], (w[inside] if w is not None else None)
+        if keep_w is None:
+            return torch.bincount(flat, minlength=total).reshape(bins)
+        return torch.bincount(flat, weights=keep_w, minlength=total).reshape(bins)
+    out = torch.zeros(total, dtype=torch.float64, device=dev)
+    d = len(bins)
+    i, frac = i[inside], frac[inside]
+    base_w = w[inside] if w is not None else torch.ones(i.shape[0], dtype=torch.float64, device=dev)
+    for corner in range(1 << d):
+        cw = base_w.clone()
+        flat = torch.zeros(i.shape[0], dtype=torch.int64, device=dev)
+        for k in range(d):
+            up = (corner >> k) & 1
+            cw = cw * (frac[:, k] if up else 1 - frac[:, k])
+            flat += (i[:, k] + up) * strides[k]
+        out += torch.bincount(flat, weights=cw, minlength=total)
+    return out.reshape(bins)
+
+
+# ------------------------------------------------------------------------------ summed-area table
+
+
+@register("summed_area_table", "torch")
+def summed_area_table(a: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+    r = a.to(out_dtype)
+    for ax in range(a.ndim):
+        r = torch.cumsum(r, dim=ax)
+    return r
