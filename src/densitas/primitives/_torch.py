@@ -140,9 +140,11 @@ def reduce_by_key(keys: torch.Tensor, values: torch.Tensor, op: str, num_keys: i
 
 
 @register("compact", "torch")
-def compact(x: torch.Tensor, mask: torch.Tensor, want_values: bool) -> tuple[torch.Tensor | None, torch.Tensor]:
+def compact(x: torch.Tensor, mask: torch.Tensor, want_indices: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    if x.ndim == 1 and not want_indices:
+        return x[mask], None
     idx = torch.nonzero(mask).squeeze(1)
-    return (x.index_select(0, idx) if want_values else None), idx
+    return x.index_select(0, idx), idx
 
 
 # ------------------------------------------------------------------------------------------- sort
@@ -221,27 +223,30 @@ def argsort(keys: torch.Tensor, descending: bool) -> torch.Tensor:
 # ------------------------------------------------------------------------------------ histograms
 
 
-def grid_indices(x: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, bins: torch.Tensor, linear: bool):
-    """Per-dimension bin index and fraction in float64 (shared by the PyTorch path and tests)."""
-    x = x.to(torch.float64)
-    inside = ((x >= lo) & (x <= hi)).all(dim=1)
+_CHUNK = 1 << 16  # elements per chunk on the CPU path: temporaries stay in cache and off the page-fault path
+
+
+def grid_indices(x: torch.Tensor, lo: float, hi: float, bins: int, linear: bool):
+    """Bin index (int64), fraction (float64 or None) and inside-mask of one column, all in float64.
+
+    Plain bins follow NumPy's uniform-bin rule (numpy.lib._histograms_impl): the index from the scaled value,
+    corrected against the edges ``lo + k·step`` so that values on an edge land where NumPy puts them.
+    """
+    xd = x.to(torch.float64)
+    inside = (xd >= lo) & (xd <= hi)
+    xd = torch.where(inside, xd, lo)
     if linear:
-        delta = (hi - lo) / (bins - 1)
-        t = (x - lo) / delta
-        i = torch.floor(t).clamp(min=0)
-        i = torch.minimum(i, (bins - 2).to(torch.float64))
-        frac = (t - i).clamp(0, 1)
-        return i.to(torch.int64), frac, inside
-    # NumPy's uniform-bin rule (numpy.lib._histograms_impl): index from the scaled value, then corrected
-    # against the edges lo + k·step so that values on an edge land where NumPy puts them.
+        t = (xd - lo).mul_((bins - 1) / (hi - lo))
+        fi = torch.floor(t).clamp_(0, bins - 2)
+        frac = t.sub_(fi).clamp_(0, 1)
+        return fi.long(), frac, inside
     step = (hi - lo) / bins
-    i = torch.floor((x - lo) * (bins / (hi - lo))).to(torch.int64)
-    i = torch.minimum(i, bins - 1).clamp(min=0)
-    left = lo + i * step
-    right = torch.where(i + 1 == bins, hi, lo + (i + 1) * step)
-    i = torch.where(x < left, i - 1, i)
-    i = torch.where((x >= right) & (i != bins - 1), i + 1, i)
-    return i.clamp(min=0), None, inside
+    fi = torch.floor((xd - lo).mul_(bins / (hi - lo))).clamp_(0, bins - 1)
+    fi -= (xd < fi * step + lo).to(torch.float64)
+    right = (fi + 1).mul_(step).add_(lo)
+    right.masked_fill_(fi == bins - 1, hi)
+    fi += ((xd >= right) & (fi != bins - 1)).to(torch.float64)
+    return fi.clamp_(min=0).long(), None, inside
 
 
 @register("histogram", "torch")
@@ -249,35 +254,45 @@ def histogram(x: torch.Tensor, bins: tuple[int, ...], lo: tuple[float, ...], hi:
               weights: torch.Tensor | None, linear: bool) -> torch.Tensor:
     """``x`` is (n, d); returns a float64 (linear or weighted) or int64 (counts) array of shape ``bins``."""
     dev = x.device
-    lo_t = torch.tensor(lo, dtype=torch.float64, device=dev)
-    hi_t = torch.tensor(hi, dtype=torch.float64, device=dev)
-    bins_t = torch.tensor(bins, dtype=torch.int64, device=dev)
+    d = len(bins)
     total = 1
     for b in bins:
         total *= b
-    strides = [1] * len(bins)
-    for k in range(len(bins) - 2, -1, -1):
+    strides = [1] * d
+    for k in range(d - 2, -1, -1):
         strides[k] = strides[k + 1] * bins[k + 1]
-    i, frac, inside = grid_indices(x, lo_t, hi_t, bins_t, linear)
-    w = weights.to(torch.float64) if weights is not None else None
-    if not linear:
-        flat = (i * torch.tensor(strides, device=dev)).sum(1)
-        flat, keep_w = flat[inside], (w[inside] if w is not None else None)
-        if keep_w is None:
-            return torch.bincount(flat, minlength=total).reshape(bins)
-        return torch.bincount(flat, weights=keep_w, minlength=total).reshape(bins)
-    out = torch.zeros(total, dtype=torch.float64, device=dev)
-    d = len(bins)
-    i, frac = i[inside], frac[inside]
-    base_w = w[inside] if w is not None else torch.ones(i.shape[0], dtype=torch.float64, device=dev)
-    for corner in range(1 << d):
-        cw = base_w.clone()
-        flat = torch.zeros(i.shape[0], dtype=torch.int64, device=dev)
-        for k in range(d):
-            up = (corner >> k) & 1
-            cw = cw * (frac[:, k] if up else 1 - frac[:, k])
-            flat += (i[:, k] + up) * strides[k]
-        out += torch.bincount(flat, weights=cw, minlength=total)
+    counts = weights is None and not linear
+    out = torch.zeros(total, dtype=torch.int64 if counts else torch.float64, device=dev)
+    chunk = _CHUNK if dev.type == "cpu" else max(x.shape[0], 1)
+    for s0 in range(0, x.shape[0], chunk):
+        xc = x[s0:s0 + chunk]
+        wc = weights[s0:s0 + chunk].to(torch.float64) if weights is not None else None
+        cols = [grid_indices(xc[:, k], lo[k], hi[k], bins[k], linear) for k in range(d)]
+        inside = cols[0][2]
+        for k in range(1, d):
+            inside &= cols[k][2]
+        if not linear:
+            flat = cols[0][0] * strides[0] if d > 1 else cols[0][0]
+            for k in range(1, d):
+                flat += cols[k][0] * strides[k]
+            sel = torch.nonzero(inside).squeeze(1)
+            flat = flat.index_select(0, sel)
+            if counts:
+                out += torch.bincount(flat, minlength=total)
+            else:
+                out += torch.bincount(flat, weights=wc.index_select(0, sel), minlength=total)
+            continue
+        base_w = inside.to(torch.float64)
+        if wc is not None:
+            base_w *= wc
+        for corner in range(1 << d):
+            cw = base_w.clone()
+            flat = torch.zeros(xc.shape[0], dtype=torch.int64, device=dev)
+            for k in range(d):
+                up = (corner >> k) & 1
+                cw *= cols[k][1] if up else (1 - cols[k][1])
+                flat += (cols[k][0] + up) * strides[k]
+            out += torch.bincount(flat, weights=cw, minlength=total)
     return out.reshape(bins)
 
 

@@ -406,7 +406,8 @@ def reduce(x: torch.Tensor, op: str, axis: int | None) -> torch.Tensor:
 
 @triton.jit
 def _compact_kernel(x_ptr, mask_ptr, out_ptr, idx_ptr, state_ptr, counter_ptr, total_ptr, n,
-                    WRITE_VALUES: tl.constexpr, BLOCK: tl.constexpr, WINDOW: tl.constexpr):
+                    WRITE_VALUES: tl.constexpr, WRITE_IDX: tl.constexpr, BLOCK: tl.constexpr,
+                    WINDOW: tl.constexpr):
     tile = tl.atomic_add(counter_ptr, 1)
     start = tile.to(tl.int64) * BLOCK
     idx = start + tl.arange(0, BLOCK)
@@ -421,14 +422,15 @@ def _compact_kernel(x_ptr, mask_ptr, out_ptr, idx_ptr, state_ptr, counter_ptr, t
     if WRITE_VALUES:
         v = tl.load(x_ptr + idx, mask=sel)
         tl.store(out_ptr + dest, v, mask=sel)
-    tl.store(idx_ptr + dest, idx, mask=sel)
+    if WRITE_IDX:
+        tl.store(idx_ptr + dest, idx, mask=sel)
     tl.store(total_ptr, prefix + agg, mask=tile == tl.num_programs(0) - 1)
 
 
-def compact(x: torch.Tensor, mask: torch.Tensor, want_values: bool) -> tuple[torch.Tensor | None, torch.Tensor]:
+def compact(x: torch.Tensor, mask: torch.Tensor, want_indices: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     n = x.shape[0]
     if n == 0 or n >= 2**31:
-        return ref.compact(x, mask, want_values)
+        return ref.compact(x, mask, want_indices)
     one_d = x.ndim == 1
     xc = x.contiguous()
     mc = mask.contiguous()
@@ -437,13 +439,14 @@ def compact(x: torch.Tensor, mask: torch.Tensor, want_values: bool) -> tuple[tor
     counter = torch.zeros(1, dtype=torch.int32, device=x.device)
     total = torch.zeros(1, dtype=torch.int32, device=x.device)
     out = torch.empty(n if one_d else 1, dtype=x.dtype, device=x.device)
-    idx = torch.empty(n, dtype=torch.int64, device=x.device)
-    _compact_kernel[(tiles,)](xc, mc, out, idx, state, counter, total, n, WRITE_VALUES=one_d,
+    write_idx = want_indices or not one_d
+    idx = torch.empty(n if write_idx else 1, dtype=torch.int64, device=x.device)
+    _compact_kernel[(tiles,)](xc, mc, out, idx, state, counter, total, n, WRITE_VALUES=one_d, WRITE_IDX=write_idx,
                               BLOCK=SCAN_BLOCK, WINDOW=LOOKBACK_WINDOW, num_warps=SCAN_WARPS)
     k = int(total.item())
-    idx = idx[:k]
-    vals = out[:k] if one_d else (x.index_select(0, idx) if want_values else None)
-    return vals, idx
+    idx_out = idx[:k] if write_idx else None
+    vals = out[:k] if one_d else x.index_select(0, idx[:k])
+    return vals, (idx_out if want_indices else None)
 
 
 # ---------------------------------------------------------------------------------------------- sort

@@ -251,7 +251,7 @@ def compact(x: Any, mask: Any, *, return_indices: bool = False, device: DeviceLi
     if m.ndim != 1 or m.shape[0] != t.shape[0]:
         raise InputError(f"'mask' must be 1-D with length len(x) = {t.shape[0]}. Got shape {tuple(m.shape)}.")
     _, fn = select("compact", t.device)
-    vals, idx = fn(t, m, True)
+    vals, idx = fn(t, m, return_indices)
     if return_indices:
         return to_output(vals, kind), to_output(idx, kind)
     return to_output(vals, kind)
@@ -281,7 +281,7 @@ def radix_sort(keys: Any, values: Any = None, *, descending: bool = False, devic
 
     Examples
     --------
-    >>> radix_sort([3, 1, 2, 1], ["a", "b", "c", "d"] and [0, 1, 2, 3])
+    >>> radix_sort([3, 1, 2, 1], [0, 1, 2, 3])
     (array([1, 1, 2, 3]), array([1, 3, 2, 0]))
     """
     descending = _check_bool("descending", descending)

@@ -1,0 +1,43 @@
+"""Test configuration.
+
+Triton kernels are exercised on the CPU through the interpreter: ``TRITON_INTERPRET=1`` is set here, before any
+kernel module is imported. The GPU suite (``-m gpu`` with ``DENSITAS_GPU_TESTS=1``, run on the device
+machine) compiles the real kernels instead.
+"""
+
+from __future__ import annotations
+
+import os
+
+if os.environ.get("DENSITAS_GPU_TESTS") != "1":
+    os.environ["TRITON_INTERPRET"] = "1"
+os.environ.pop("DENSITAS_BACKEND", None)
+
+import numpy as np
+import pytest
+import torch
+
+from densitas._backend.dispatch import use_backend
+
+
+@pytest.fixture(autouse=True)
+def _seed(request):
+    """Fresh seeds every run (printed on failure via the test id) but reproducible within a run."""
+    seed = int.from_bytes(os.urandom(4), "little") if os.environ.get("DENSITAS_FIXED_SEED") is None else 0
+    torch.manual_seed(seed)
+    request.node.user_properties.append(("seed", seed))
+    yield
+
+
+@pytest.fixture
+def rng(request):
+    seed = int.from_bytes(os.urandom(4), "little")
+    request.node.user_properties.append(("rng_seed", seed))
+    return np.random.default_rng(seed)
+
+
+@pytest.fixture(params=["torch", "triton"])
+def backend(request):
+    """Run a test once with the PyTorch implementations and once with the Triton kernels (interpreted on CPU)."""
+    with use_backend(request.param):
+        yield request.param
