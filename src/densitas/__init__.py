@@ -13,7 +13,7 @@ import os as _os
 # machines like CI's. Read lazily by PyTorch at its first large allocation; an explicit setting wins.
 _os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
-from densitas.exceptions import (  # noqa: E402
+from densitas.exceptions import (
     DensitasError,
     DeviceError,
     InputError,

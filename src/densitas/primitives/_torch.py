@@ -211,13 +211,16 @@ def split_radix_argsort(bits: torch.Tensor, nbits: int, exclusive_scan=None) -> 
 
 
 @register("argsort", "torch")
-def argsort(keys: torch.Tensor, descending: bool) -> torch.Tensor:
-    """Stable argsort. The library sort (CUB onesweep radix sort on CUDA) is the fast path."""
-    if keys.dtype == torch.bool:
-        keys = keys.to(torch.uint8)
-    if keys.dtype.is_floating_point and keys.numel():
-        keys = torch.where(keys == 0, torch.zeros_like(keys), keys)  # -0.0 ties with 0.0, as in NumPy
-    return torch.sort(keys, stable=True, descending=descending).indices
+def argsort(keys: torch.Tensor, descending: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stable sort returning ``(sorted_keys, permutation)``. The library sort (CUB onesweep radix sort on
+    CUDA) is the fast path."""
+    k = keys.to(torch.uint8) if keys.dtype == torch.bool else keys
+    if k.dtype.is_floating_point and k.numel():
+        k = torch.where(k == 0, torch.zeros_like(k), k)  # -0.0 ties with 0.0, as in NumPy
+    res = torch.sort(k, stable=True, descending=descending)
+    if k is keys:
+        return res.values, res.indices
+    return keys.index_select(0, res.indices), res.indices
 
 
 # ------------------------------------------------------------------------------------ histograms

@@ -38,6 +38,9 @@ LOOKBACK_WINDOW = _cfg(32, 4)
 RTS_BLOCK = _cfg(2048, 32)
 REDUCE_BLOCK = _cfg(4096, 64)
 HIST_BLOCK = _cfg(1024, 64)
+HIST_WARPS = 4
+REDUCE_WARPS = 8
+REDUCE_PROGS_PER_SM = 4
 SAT_TILE = _cfg(64, 8)
 
 # ------------------------------------------------------------------------------------ combinators
@@ -173,7 +176,7 @@ def _lookback(state_ptr, tile, agg, ident, OP: tl.constexpr, WINDOW: tl.constexp
 def _scan_lookback_kernel(x_ptr, out_ptr, ident_ptr, state_ptr, counter_ptr, n,
                           OP: tl.constexpr, INCLUSIVE: tl.constexpr, REVERSE: tl.constexpr,
                           BLOCK: tl.constexpr, WINDOW: tl.constexpr):
-    tile = tl.atomic_add(counter_ptr, 1)
+    tile = tl.atomic_add(counter_ptr, 1, sem="relaxed")
     DT: tl.constexpr = out_ptr.dtype.element_ty
     ident = tl.load(ident_ptr)
     start = tile.to(tl.int64) * BLOCK
@@ -357,7 +360,7 @@ def _reduce_kernel(x_ptr, part_ptr, ident_ptr, n, TILES_PER_PROG, OP: tl.constex
     ACC: tl.constexpr = part_ptr.dtype.element_ty
     CDT: tl.constexpr = ident_ptr.dtype.element_ty
     ident = tl.load(ident_ptr)
-    acc = ident.to(ACC)
+    acc = tl.full([BLOCK], 0, ACC) + ident.to(ACC)  # one accumulator per lane: no barrier inside the loop
     # while, not range(): Triton 3.6's interpreter cannot iterate a runtime bound under NumPy >= 2.4
     i = 0
     while i < TILES_PER_PROG:
@@ -365,14 +368,14 @@ def _reduce_kernel(x_ptr, part_ptr, ident_ptr, n, TILES_PER_PROG, OP: tl.constex
         idx = start + tl.arange(0, BLOCK)
         m = idx < n
         x = tl.where(m, tl.load(x_ptr + idx, mask=m).to(CDT), ident)
-        acc = _combine(acc, _reduce_block(x, OP).to(ACC), OP)
+        acc = _combine(acc, x.to(ACC), OP)
         i += 1
-    tl.store(part_ptr + pid, acc)
+    tl.store(part_ptr + pid, _reduce_block(acc, OP))
 
 
-def _num_programs(device: torch.device) -> int:
+def _num_programs(device: torch.device, per_sm: int = 8) -> int:
     if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count * 8
+        return torch.cuda.get_device_properties(device).multi_processor_count * per_sm
     return 4
 
 
@@ -389,12 +392,12 @@ def reduce(x: torch.Tensor, op: str, axis: int | None) -> torch.Tensor:
     flat = x.reshape(-1).contiguous()
     n = flat.numel()
     tiles = triton.cdiv(n, REDUCE_BLOCK)
-    progs = min(tiles, _num_programs(x.device))
+    progs = min(tiles, _num_programs(x.device, REDUCE_PROGS_PER_SM))
     per = triton.cdiv(tiles, progs)
     progs = triton.cdiv(tiles, per)
     part = torch.empty(progs, dtype=part_dtype, device=x.device)
     _reduce_kernel[(progs,)](flat, part, _ident_tensor(kop, cdt, x.device), n, per, OP=OP_CODE[kop],
-                             BLOCK=REDUCE_BLOCK, num_warps=8)
+                             BLOCK=REDUCE_BLOCK, num_warps=REDUCE_WARPS)
     r = ref.reduce(part, kop, None)
     if op == "mean":
         r = r / n
@@ -408,7 +411,7 @@ def reduce(x: torch.Tensor, op: str, axis: int | None) -> torch.Tensor:
 def _compact_kernel(x_ptr, mask_ptr, out_ptr, idx_ptr, state_ptr, counter_ptr, total_ptr, n,
                     WRITE_VALUES: tl.constexpr, WRITE_IDX: tl.constexpr, BLOCK: tl.constexpr,
                     WINDOW: tl.constexpr):
-    tile = tl.atomic_add(counter_ptr, 1)
+    tile = tl.atomic_add(counter_ptr, 1, sem="relaxed")
     start = tile.to(tl.int64) * BLOCK
     idx = start + tl.arange(0, BLOCK)
     m = idx < n
@@ -456,14 +459,15 @@ def _exclusive_scan_int(e: torch.Tensor) -> torch.Tensor:
     return _scan_lookback(e.to(torch.int32), "sum", False, False, torch.int32).to(torch.int64)
 
 
-def argsort(keys: torch.Tensor, descending: bool) -> torch.Tensor:
+def argsort(keys: torch.Tensor, descending: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Document 002's split radix sort, one bit per pass, the exclusive scans on the look-back kernel."""
     if keys.dtype == torch.bool:
         keys = keys.to(torch.uint8)
     if keys.numel() == 0:
-        return torch.arange(0, device=keys.device)
+        return keys, torch.arange(0, device=keys.device)
     bits, nbits = ref.ordered_bits(keys, descending)
-    return ref.split_radix_argsort(bits, nbits, exclusive_scan=_exclusive_scan_int)
+    perm = ref.split_radix_argsort(bits, nbits, exclusive_scan=_exclusive_scan_int)
+    return keys.index_select(0, perm), perm
 
 
 # ----------------------------------------------------------------------------------------- histogram
@@ -493,9 +497,13 @@ def _bin_index(xv, lo, hi, nb, LINEAR: tl.constexpr):
 
 
 @triton.jit
-def _hist_kernel(x_ptr, w_ptr, out_ptr, n, total, R, ITERS,
-                 lo0, hi0, nb0, lo1, hi1, nb1,
+def _hist_kernel(x_ptr, w_ptr, out_ptr, rng_ptr, n, total, R, ITERS, nb0, nb1,
                  D: tl.constexpr, LINEAR: tl.constexpr, HAS_W: tl.constexpr, BLOCK: tl.constexpr):
+    # lo/hi arrive in a float64 tensor: Triton would type Python float arguments as float32
+    lo0 = tl.load(rng_ptr)
+    hi0 = tl.load(rng_ptr + 1)
+    lo1 = tl.load(rng_ptr + 2)
+    hi1 = tl.load(rng_ptr + 3)
     pid = tl.program_id(0)
     base = out_ptr + (pid % R).to(tl.int64) * total
     OUT: tl.constexpr = out_ptr.dtype.element_ty
@@ -513,22 +521,22 @@ def _hist_kernel(x_ptr, w_ptr, out_ptr, n, total, R, ITERS,
         if D == 1:
             ok = m & in0
             if LINEAR:
-                tl.atomic_add(base + i0, (w * (1.0 - f0)).to(OUT), mask=ok)
-                tl.atomic_add(base + i0 + 1, (w * f0).to(OUT), mask=ok)
+                tl.atomic_add(base + i0, (w * (1.0 - f0)).to(OUT), mask=ok, sem="relaxed")
+                tl.atomic_add(base + i0 + 1, (w * f0).to(OUT), mask=ok, sem="relaxed")
             else:
-                tl.atomic_add(base + i0, w.to(OUT), mask=ok)
+                tl.atomic_add(base + i0, w.to(OUT), mask=ok, sem="relaxed")
         else:
             x1 = tl.load(x_ptr + idx * D + 1, mask=m, other=0)
             i1, f1, in1 = _bin_index(x1, lo1, hi1, nb1, LINEAR)
             ok = m & in0 & in1
             flat = i0 * nb1 + i1
             if LINEAR:
-                tl.atomic_add(base + flat, (w * (1.0 - f0) * (1.0 - f1)).to(OUT), mask=ok)
-                tl.atomic_add(base + flat + 1, (w * (1.0 - f0) * f1).to(OUT), mask=ok)
-                tl.atomic_add(base + flat + nb1, (w * f0 * (1.0 - f1)).to(OUT), mask=ok)
-                tl.atomic_add(base + flat + nb1 + 1, (w * f0 * f1).to(OUT), mask=ok)
+                tl.atomic_add(base + flat, (w * (1.0 - f0) * (1.0 - f1)).to(OUT), mask=ok, sem="relaxed")
+                tl.atomic_add(base + flat + 1, (w * (1.0 - f0) * f1).to(OUT), mask=ok, sem="relaxed")
+                tl.atomic_add(base + flat + nb1, (w * f0 * (1.0 - f1)).to(OUT), mask=ok, sem="relaxed")
+                tl.atomic_add(base + flat + nb1 + 1, (w * f0 * f1).to(OUT), mask=ok, sem="relaxed")
             else:
-                tl.atomic_add(base + flat, w.to(OUT), mask=ok)
+                tl.atomic_add(base + flat, w.to(OUT), mask=ok, sem="relaxed")
 
 
 def _replicas(total: int, programs: int) -> int:
@@ -554,9 +562,9 @@ def histogram(x: torch.Tensor, bins: tuple[int, ...], lo: tuple[float, ...], hi:
     xc = x.contiguous()
     w = weights.contiguous() if weights is not None else xc
     p1 = (lo[1], hi[1], bins[1]) if d == 2 else (0.0, 1.0, 1)
-    _hist_kernel[(progs,)](xc, w, out, n, total, reps, iters, float(lo[0]), float(hi[0]), bins[0],
-                           float(p1[0]), float(p1[1]), p1[2], D=d, LINEAR=linear, HAS_W=weights is not None,
-                           BLOCK=HIST_BLOCK, num_warps=4)
+    rng = torch.tensor([lo[0], hi[0], p1[0], p1[1]], dtype=torch.float64, device=x.device)
+    _hist_kernel[(progs,)](xc, w, out, rng, n, total, reps, iters, bins[0], p1[2], D=d, LINEAR=linear,
+                           HAS_W=weights is not None, BLOCK=HIST_BLOCK, num_warps=HIST_WARPS)
     return out.sum(0).reshape(bins)
 
 
@@ -579,9 +587,9 @@ def _rbk_kernel(k_ptr, v_ptr, out_ptr, cnt_ptr, n, C, num_keys, R, ITERS,
         k = tl.load(k_ptr + idx, mask=m, other=0).to(tl.int64)
         mm = m[:, None] & (cols < C)[None, :]
         v = tl.load(v_ptr + idx[:, None] * C + cols[None, :], mask=mm, other=0).to(ACC)
-        tl.atomic_add(base + k[:, None] * C + cols[None, :], v, mask=mm)
+        tl.atomic_add(base + k[:, None] * C + cols[None, :], v, mask=mm, sem="relaxed")
         if COUNT:
-            tl.atomic_add(cnt_ptr + rep * num_keys + k, 1, mask=m)
+            tl.atomic_add(cnt_ptr + rep * num_keys + k, 1, mask=m, sem="relaxed")
 
 
 def reduce_by_key(keys: torch.Tensor, values: torch.Tensor, op: str, num_keys: int) -> torch.Tensor:
@@ -600,7 +608,7 @@ def reduce_by_key(keys: torch.Tensor, values: torch.Tensor, op: str, num_keys: i
     cnt = torch.zeros((reps, num_keys), dtype=torch.int64, device=values.device) if count else out
     bc = triton.next_power_of_2(max(c, 1))
     _rbk_kernel[(progs,)](keys.contiguous(), values.contiguous(), out, cnt, n, c, num_keys, reps, iters,
-                          COUNT=count, BLOCK=HIST_BLOCK, BC=bc, num_warps=4)
+                          COUNT=count, BLOCK=HIST_BLOCK, BC=bc, num_warps=HIST_WARPS)
     r = out.sum(0)
     if count:
         r = r / cnt.sum(0)[:, None].to(torch.float64)

@@ -292,8 +292,7 @@ def radix_sort(keys: Any, values: Any = None, *, descending: bool = False, devic
         if v.ndim == 0 or v.shape[0] != k.shape[0]:
             raise InputError(f"'values' must have len(keys) = {k.shape[0]} rows. Got shape {tuple(v.shape)}.")
     _, fn = select("argsort", k.device)
-    perm = fn(k, descending)
-    sk = k.index_select(0, perm)
+    sk, perm = fn(k, descending)
     if v is None:
         return to_output(sk, kind)
     return to_output(sk, kind), to_output(v.index_select(0, perm), kind)
