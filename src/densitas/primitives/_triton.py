@@ -32,15 +32,21 @@ def _cfg(gpu: int, interp: int) -> int:
     return interp if _INTERP else gpu
 
 
+# Launch settings, tuned on an H200 with benchmarks/tune_primitives.py (benchmarks/RESULTS.md); tiny blocks
+# under the interpreter so that small test inputs still span many tiles.
 SCAN_BLOCK = _cfg(4096, 32)
-SCAN_WARPS = 8
+SCAN_WARPS = 4  # more warps lengthen the look-back critical path: 8 warps ran at 60% of 4
 LOOKBACK_WINDOW = _cfg(32, 4)
+COMPACT_BLOCK = _cfg(8192, 32)
+COMPACT_WARPS = 4
 RTS_BLOCK = _cfg(2048, 32)
-REDUCE_BLOCK = _cfg(4096, 64)
-HIST_BLOCK = _cfg(1024, 64)
-HIST_WARPS = 4
+REDUCE_BLOCK = _cfg(8192, 64)
 REDUCE_WARPS = 8
-REDUCE_PROGS_PER_SM = 4
+REDUCE_PROGS_PER_SM = 8
+HIST_BLOCK = _cfg(256, 64)
+HIST_WARPS = 8
+RBK_BLOCK = _cfg(4096, 64)
+RBK_WARPS = 4
 SAT_TILE = _cfg(64, 8)
 
 # ------------------------------------------------------------------------------------ combinators
@@ -437,7 +443,7 @@ def compact(x: torch.Tensor, mask: torch.Tensor, want_indices: bool) -> tuple[to
     one_d = x.ndim == 1
     xc = x.contiguous()
     mc = mask.contiguous()
-    tiles = triton.cdiv(n, SCAN_BLOCK)
+    tiles = triton.cdiv(n, COMPACT_BLOCK)
     state = torch.zeros(tiles, dtype=torch.int64, device=x.device)
     counter = torch.zeros(1, dtype=torch.int32, device=x.device)
     total = torch.zeros(1, dtype=torch.int32, device=x.device)
@@ -445,7 +451,7 @@ def compact(x: torch.Tensor, mask: torch.Tensor, want_indices: bool) -> tuple[to
     write_idx = want_indices or not one_d
     idx = torch.empty(n if write_idx else 1, dtype=torch.int64, device=x.device)
     _compact_kernel[(tiles,)](xc, mc, out, idx, state, counter, total, n, WRITE_VALUES=one_d, WRITE_IDX=write_idx,
-                              BLOCK=SCAN_BLOCK, WINDOW=LOOKBACK_WINDOW, num_warps=SCAN_WARPS)
+                              BLOCK=COMPACT_BLOCK, WINDOW=LOOKBACK_WINDOW, num_warps=COMPACT_WARPS)
     k = int(total.item())
     idx_out = idx[:k] if write_idx else None
     vals = out[:k] if one_d else x.index_select(0, idx[:k])
@@ -598,7 +604,7 @@ def reduce_by_key(keys: torch.Tensor, values: torch.Tensor, op: str, num_keys: i
         return ref.reduce_by_key(keys, values, op, num_keys)
     out_dtype = acc_dtype(values.dtype, op)
     acc = torch.float64 if (values.dtype.is_floating_point or op == "mean") else torch.int64
-    tiles = triton.cdiv(n, HIST_BLOCK)
+    tiles = triton.cdiv(n, RBK_BLOCK)
     progs = min(tiles, _num_programs(values.device) * 2)
     iters = triton.cdiv(tiles, progs)
     progs = triton.cdiv(tiles, iters)
@@ -608,7 +614,7 @@ def reduce_by_key(keys: torch.Tensor, values: torch.Tensor, op: str, num_keys: i
     cnt = torch.zeros((reps, num_keys), dtype=torch.int64, device=values.device) if count else out
     bc = triton.next_power_of_2(max(c, 1))
     _rbk_kernel[(progs,)](keys.contiguous(), values.contiguous(), out, cnt, n, c, num_keys, reps, iters,
-                          COUNT=count, BLOCK=HIST_BLOCK, BC=bc, num_warps=HIST_WARPS)
+                          COUNT=count, BLOCK=RBK_BLOCK, BC=bc, num_warps=RBK_WARPS)
     r = out.sum(0)
     if count:
         r = r / cnt.sum(0)[:, None].to(torch.float64)
