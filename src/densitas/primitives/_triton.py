@@ -34,11 +34,11 @@ def _cfg(gpu: int, interp: int) -> int:
 
 # Launch settings, tuned on an H200 with benchmarks/tune_primitives.py (benchmarks/RESULTS.md); tiny blocks
 # under the interpreter so that small test inputs still span many tiles.
-SCAN_BLOCK = _cfg(4096, 32)
-SCAN_WARPS = 4  # more warps lengthen the look-back critical path: 8 warps ran at 60% of 4
+SCAN_BLOCK = _cfg(8192, 32)
+SCAN_WARPS = 2  # more warps lengthen the look-back critical path (8 warps: half the bandwidth)
 LOOKBACK_WINDOW = _cfg(32, 4)
-COMPACT_BLOCK = _cfg(8192, 32)
-COMPACT_WARPS = 4
+COMPACT_BLOCK = _cfg(4096, 32)
+COMPACT_WARPS = 2
 RTS_BLOCK = _cfg(2048, 32)
 REDUCE_BLOCK = _cfg(8192, 64)
 REDUCE_WARPS = 8
@@ -405,8 +405,8 @@ def reduce(x: torch.Tensor, op: str, axis: int | None) -> torch.Tensor:
     _reduce_kernel[(progs,)](flat, part, _ident_tensor(kop, cdt, x.device), n, per, OP=OP_CODE[kop],
                              BLOCK=REDUCE_BLOCK, num_warps=REDUCE_WARPS)
     r = ref.reduce(part, kop, None)
-    if op == "mean":
-        r = r / n
+    if op == "mean":  # divide in float64: int64 / int would give float32 in PyTorch
+        r = r.to(torch.float64) / n
     return r.to(out_dtype)
 
 
