@@ -112,7 +112,7 @@ def test_sat_and_box_sum(backend, rng, shape):
     lo = np.stack([rng.integers(0, s, m) for s in shape], 1)
     hi = np.stack([rng.integers(lo[:, k], s) for k, s in enumerate(shape)], 1)
     got = P.box_sum(sat64, lo, hi)
-    direct = [a.astype(np.float64)[tuple(slice(l, h + 1) for l, h in zip(lo[i], hi[i], strict=True))].sum()
+    direct = [a.astype(np.float64)[tuple(slice(a0, b0 + 1) for a0, b0 in zip(lo[i], hi[i], strict=True))].sum()
               for i in range(m)]
     assert np.allclose(got, direct, atol=1e-9)
     assert np.isclose(P.box_sum(sat64, lo[0], hi[0]), direct[0])

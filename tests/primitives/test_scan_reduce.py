@@ -21,7 +21,7 @@ def np_scan(x, op, inclusive=True, reverse=False, axis=-1):
     if reverse:
         x = x[..., ::-1]
     if not inclusive:
-        x = np.concatenate([np.full(x.shape[:-1] + (1,), IDENT[op]), x[..., :-1]], axis=-1)
+        x = np.concatenate([np.full((*x.shape[:-1], 1), IDENT[op]), x[..., :-1]], axis=-1)
     r = NP_SCAN[op](x, axis=-1)
     if reverse:
         r = r[..., ::-1]

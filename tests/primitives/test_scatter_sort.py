@@ -94,8 +94,10 @@ def test_radix_sort_floats_nan_negzero(backend, rng):
     x[::17] = np.nan
     x[5], x[6], x[7] = -0.0, 0.0, -np.inf
     sk, perm = P.radix_sort(x, np.arange(300))
-    assert np.array_equal(perm, np.argsort(x, kind="stable"))  # NaN last, -0.0 ties with 0.0
-    sk, perm = P.radix_sort(x, np.arange(300), descending=True)
+    order = np.argsort(x, kind="stable")
+    assert np.array_equal(perm, order)  # NaN last, -0.0 ties with 0.0
+    assert np.array_equal(sk, x[order], equal_nan=True) and np.signbit(sk[perm == 5][0])  # keys kept as given
+    _, perm = P.radix_sort(x, np.arange(300), descending=True)
     key = [(0 if np.isnan(x[i]) else 1, -x[i] if not np.isnan(x[i]) else 0, i) for i in range(300)]
     assert np.array_equal(perm, np.array([t[2] for t in sorted(key)]))  # NaN first descending
     b = rng.random(50) < 0.5

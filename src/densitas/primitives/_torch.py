@@ -210,13 +210,28 @@ def split_radix_argsort(bits: torch.Tensor, nbits: int, exclusive_scan=None) -> 
     return perm
 
 
+def float_order_bits(keys: torch.Tensor) -> torch.Tensor:
+    """Signed integers of the same width whose order is the float order (−0.0 = 0.0, NaN above +inf)."""
+    itype = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32,
+             torch.float64: torch.int64}[keys.dtype]
+    k = torch.where(keys == 0, torch.zeros_like(keys), keys)
+    k = torch.where(torch.isnan(k), torch.full_like(k, float("nan")).abs(), k)
+    b = k.view(itype)
+    width = torch.iinfo(itype).bits
+    return b ^ ((b >> (width - 1)) & torch.iinfo(itype).max)
+
+
 @register("argsort", "torch")
 def argsort(keys: torch.Tensor, descending: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """Stable sort returning ``(sorted_keys, permutation)``. The library sort (CUB onesweep radix sort on
-    CUDA) is the fast path."""
+    """Stable sort returning ``(sorted_keys, permutation)``.
+
+    The library sort is the fast path (CUB onesweep radix sort on CUDA, a radix sort for integers on the CPU);
+    floats are sorted through their order-preserving integer bit patterns, which is also what lets NaN sort
+    last (first when descending) and −0.0 tie with 0.0.
+    """
     k = keys.to(torch.uint8) if keys.dtype == torch.bool else keys
-    if k.dtype.is_floating_point and k.numel():
-        k = torch.where(k == 0, torch.zeros_like(k), k)  # -0.0 ties with 0.0, as in NumPy
+    if k.dtype.is_floating_point:
+        k = float_order_bits(k)
     res = torch.sort(k, stable=True, descending=descending)
     if k is keys:
         return res.values, res.indices

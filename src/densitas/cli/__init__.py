@@ -1,0 +1,1 @@
+"""The ``densitas`` command line."""

@@ -1,0 +1,96 @@
+"""Backend layer: device resolution, conversion and validation, dispatch, chunk planning."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import densitas
+from densitas import DensitasError, DeviceError, InputError
+from densitas._backend import as_tensor, memory_budget, parse_bytes, plan_chunks, resolve_device, to_output
+from densitas._backend.dispatch import backend_setting, select, use_backend
+
+
+def test_exception_hierarchy():
+    assert issubclass(InputError, ValueError) and issubclass(InputError, DensitasError)
+    assert issubclass(DeviceError, RuntimeError) and issubclass(densitas.NotFittedError, AttributeError)
+    assert issubclass(densitas.UnsupportedQueryError, NotImplementedError)
+
+
+def test_resolve_device():
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    with pytest.raises(InputError, match=r"'device' parameter .* Got 'tpu'"):
+        resolve_device("tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(DeviceError, match="no CUDA device"):
+            resolve_device("cuda:0")
+
+
+def test_as_tensor_kinds_and_dtypes():
+    t, kind = as_tensor(np.arange(4, dtype=np.float32), "x", device="cpu")
+    assert t.dtype == torch.float32 and kind.kind == "numpy"
+    assert isinstance(to_output(t, kind), np.ndarray)
+    t, kind = as_tensor(torch.ones(3), "x")
+    assert kind.kind == "torch" and isinstance(to_output(t, kind), torch.Tensor)
+    t, _ = as_tensor(np.array([1, 2], dtype=np.uint32), "x", device="cpu")
+    assert t.dtype == torch.int64
+    t, _ = as_tensor(pd.DataFrame({"a": [1, 2], "b": [0.5, 1.5]}), "frame", device="cpu")
+    assert t.shape == (2, 2) and t.dtype == torch.float64
+    with pytest.raises(InputError, match=r"'frame' must hold numeric columns; column\(s\) \['s'\]"):
+        as_tensor(pd.DataFrame({"a": [1], "s": ["x"]}), "frame")
+    with pytest.raises(InputError, match="'col' holds missing values"):
+        as_tensor(pd.Series([1, None], dtype="Int64"), "col")
+    with pytest.raises(InputError, match="uint64 with values above"):
+        as_tensor(np.array([2**63 + 5], dtype=np.uint64), "x")
+    with pytest.raises(InputError, match="'x' must have 1 dimension"):
+        as_tensor(np.ones((2, 2)), "x", ndim=(1,))
+    with pytest.raises(InputError, match="complex"):
+        as_tensor(np.ones(2, dtype=complex), "x")
+
+
+def test_dispatch_rules(monkeypatch):
+    cpu = torch.device("cpu")
+    assert backend_setting() == "auto"
+    assert select("scan", cpu)[0] == "torch"
+    with use_backend("triton"):
+        assert select("scan", cpu)[0] == "triton"
+        monkeypatch.setenv("TRITON_INTERPRET", "0")
+        with pytest.raises(DeviceError, match="TRITON_INTERPRET=1"):
+            select("scan", cpu)
+    monkeypatch.setenv("DENSITAS_BACKEND", "torch")
+    assert select("scan", cpu)[0] == "torch"
+    monkeypatch.setenv("DENSITAS_BACKEND", "cuda-magic")
+    with pytest.raises(InputError, match="DENSITAS_BACKEND must be one of"):
+        select("scan", cpu)
+    monkeypatch.delenv("DENSITAS_BACKEND")
+    with pytest.raises(InputError, match="use_backend must be one of"), use_backend("fast"):
+        pass
+    with pytest.raises(InputError, match="Unknown operation"):
+        select("teleport", cpu)
+
+
+def test_parse_bytes_and_budget(monkeypatch):
+    assert parse_bytes("2GiB") == 2**31 and parse_bytes("1.5kb") == 1500 and parse_bytes(4096) == 4096
+    for bad in ("lots", "-3MB", 0):
+        with pytest.raises(InputError):
+            parse_bytes(bad)
+    monkeypatch.setenv("DENSITAS_MEMORY_BUDGET", "64MB")
+    assert memory_budget("cpu") == 64 * 10**6
+    monkeypatch.delenv("DENSITAS_MEMORY_BUDGET")
+    assert memory_budget("cpu") >= 1 << 20
+
+
+@pytest.mark.parametrize("n,per,budget,align", [(0, 8, 100, 1), (10, 100, 400, 1), (1000, 8, 1000, 32),
+                                                (7, 10**6, 10, 1)])
+def test_plan_chunks_cover_and_bound(n, per, budget, align):
+    chunks = plan_chunks(n, per, budget=budget, align=align)
+    covered = [i for s in chunks for i in range(s.start, s.stop)]
+    assert covered == list(range(n))
+    for s in chunks[:-1]:
+        length = s.stop - s.start
+        assert length % align == 0 and (length * per <= budget or length == align)
+    with pytest.raises(InputError, match="'bytes_per_item'"):
+        plan_chunks(5, 0)
