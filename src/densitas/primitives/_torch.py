@@ -252,8 +252,8 @@ def grid_indices(x: torch.Tensor, lo: float, hi: float, bins: int, linear: bool)
     """
     xd = x.to(torch.float64)
     inside = (xd >= lo) & (xd <= hi)
-    xd = torch.where(inside, xd, lo)
     if linear:
+        xd = torch.where(inside, xd, lo)
         t = (xd - lo).mul_((bins - 1) / (hi - lo))
         fi = torch.floor(t).clamp_(0, bins - 2)
         frac = t.sub_(fi).clamp_(0, 1)
@@ -293,12 +293,11 @@ def histogram(x: torch.Tensor, bins: tuple[int, ...], lo: tuple[float, ...], hi:
             flat = cols[0][0] * strides[0] if d > 1 else cols[0][0]
             for k in range(1, d):
                 flat += cols[k][0] * strides[k]
-            sel = torch.nonzero(inside).squeeze(1)
-            flat = flat.index_select(0, sel)
+            flat.masked_fill_(~inside, total)  # outside points (and NaN) land in an overflow bin, dropped below
             if counts:
-                out += torch.bincount(flat, minlength=total)
+                out += torch.bincount(flat, minlength=total + 1)[:total]
             else:
-                out += torch.bincount(flat, weights=wc.index_select(0, sel), minlength=total)
+                out += torch.bincount(flat, weights=wc, minlength=total + 1)[:total]
             continue
         base_w = inside.to(torch.float64)
         if wc is not None:
