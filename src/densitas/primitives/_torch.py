@@ -241,7 +241,7 @@ def argsort(keys: torch.Tensor, descending: bool) -> tuple[torch.Tensor, torch.T
 # ------------------------------------------------------------------------------------ histograms
 
 
-_CHUNK = 1 << 16  # elements per chunk on the CPU path: temporaries stay in cache and off the page-fault path
+_CHUNK = 1 << 18  # elements per chunk on the CPU path: temporaries stay in cache and off the page-fault path
 
 
 def grid_indices(x: torch.Tensor, lo: float, hi: float, bins: int, linear: bool):
