@@ -21,6 +21,7 @@ demo: setup
 test: setup
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/python -m pytest -n 2 -q
+	$(BIN)/python -m pytest -q -p no:cacheprovider --doctest-modules src
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

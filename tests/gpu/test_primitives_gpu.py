@@ -79,6 +79,10 @@ def test_histograms_rbk(n):
     got = P.reduce_by_key(keys, vals, num_keys=1000)
     want = torch.zeros(1000, 3, device="cuda", dtype=torch.float64).index_add_(0, keys, vals.double())
     assert _rel(got, want) <= 1e-6
+    vals[0, 1] = float("nan")
+    for op in ("min", "max"):
+        r = P.reduce_by_key(keys, vals, op, num_keys=1000)
+        assert torch.isnan(r[keys[0], 1]) and int(torch.isnan(r).sum()) == 1, op
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (63, 65), (1000, 777), (4096, 4096), (3, 200, 300)])

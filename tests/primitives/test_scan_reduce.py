@@ -140,6 +140,15 @@ def test_segmented_scan(backend, rng, n, op):
     assert np.array_equal(P.segmented_scan(xi, seg), _seg_ref(xi, seg, "sum", True))
 
 
+def test_segmented_scan_skewed_lengths(backend, rng):
+    # one long segment and many length-1 ones: padding every segment to the longest would be quadratic
+    n = 3000
+    seg = np.concatenate([np.zeros(1500, dtype=np.int64), np.arange(1, 1501)])
+    x = rng.standard_normal(n)
+    for op in ("sum", "max"):
+        np.testing.assert_allclose(P.segmented_scan(x, seg, op), _seg_ref(x, seg, op, True), rtol=1e-9, atol=1e-9)
+
+
 def test_bad_inputs():
     with pytest.raises(InputError, match="'op' parameter of scan"):
         P.scan([1, 2], "avg")

@@ -29,6 +29,14 @@ def test_reduce_by_key(backend, rng, n, op):
     assert got1.shape == (15,) and np.allclose(got1, want[:, 0], rtol=1e-5, equal_nan=True)
 
 
+def test_reduce_by_key_nan_propagates(backend):
+    k = np.array([0, 0, 1, 2])
+    v = np.array([1.0, np.nan, 2.0, 3.0])
+    for op in ("sum", "min", "max", "mean", "prod"):
+        got = P.reduce_by_key(k, v, op, num_keys=3)
+        assert np.isnan(got[0]) and not np.isnan(got[1:]).any(), op
+
+
 def test_reduce_by_key_ints_and_errors(backend, rng):
     k = rng.integers(0, 5, 300)
     v = rng.integers(-(2**31), 2**31 - 1, 300).astype(np.int32)

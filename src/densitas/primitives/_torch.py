@@ -89,17 +89,24 @@ def segmented_scan(x: torch.Tensor, seg: torch.Tensor, op: str, inclusive: bool)
         start_idx = torch.cummax(torch.where(starts, torch.arange(n, device=x.device), 0), 0).values
         before = torch.where(start_idx > 0, c[(start_idx - 1).clamp_min(0)], torch.zeros_like(c))
         return (c - before).to(out_dtype)
-    # General (and floating-point) path: pad segments into rows and scan each row; exact per segment.
+    # General (and floating-point) path: segments padded into rows and scanned row-wise, exact per segment.
+    # Segments are bucketed by power-of-two length so the padding stays below 2n whatever the length mix.
     seg_index = torch.cumsum(starts.to(torch.int64), 0) - 1
-    nseg = int(seg_index[-1]) + 1
     start_pos = torch.nonzero(starts).squeeze(1)
     lengths = torch.diff(torch.cat([start_pos, torch.tensor([n], device=x.device)]))
-    width = int(lengths.max())
     col = torch.arange(n, device=x.device) - start_pos[seg_index]
-    pad = torch.full((nseg, width), ident, dtype=xc.dtype, device=x.device)
-    pad[seg_index, col] = xc
-    r = _inclusive_scan_last(pad, op)
-    return r[seg_index, col].to(out_dtype)
+    bucket = torch.ceil(torch.log2(lengths.to(torch.float64))).to(torch.int64)
+    out = torch.empty_like(xc)
+    for b in torch.unique(bucket).tolist():
+        segs = torch.nonzero(bucket == b).squeeze(1)
+        row_of = torch.full((lengths.shape[0],), -1, dtype=torch.int64, device=x.device)
+        row_of[segs] = torch.arange(segs.shape[0], device=x.device)
+        elems = torch.nonzero(row_of[seg_index] >= 0).squeeze(1)
+        rows, cols = row_of[seg_index[elems]], col[elems]
+        pad = torch.full((segs.shape[0], 1 << b), ident, dtype=xc.dtype, device=x.device)
+        pad[rows, cols] = xc[elems]
+        out[elems] = _inclusive_scan_last(pad, op)[rows, cols]
+    return out.to(out_dtype)
 
 
 # --------------------------------------------------------------------------------- reduce_by_key
@@ -126,13 +133,7 @@ def reduce_by_key(keys: torch.Tensor, values: torch.Tensor, op: str, num_keys: i
         return out.to(out_dtype)
     reduce_name = {"prod": "prod", "min": "amin", "max": "amax"}[op]
     out = torch.full((num_keys, c), identity(op, cdt), dtype=cdt, device=v.device)
-    out.scatter_reduce_(0, idx[:, None].expand(-1, c), v, reduce=reduce_name, include_self=True)
-    if op in ("min", "max") and cdt.is_floating_point:
-        # scatter_reduce's amin/amax ignore NaN on some builds; NumPy propagates it.
-        nan_rows = torch.zeros(num_keys, c, dtype=torch.bool, device=v.device)
-        nan_rows.index_put_((idx[:, None].expand(-1, c), torch.arange(c, device=v.device).expand(len(idx), c)),
-                            torch.isnan(v), accumulate=True)
-        out = torch.where(nan_rows, torch.nan, out)
+    out.scatter_reduce_(0, idx[:, None].expand(-1, c), v, reduce=reduce_name, include_self=True)  # NaN propagates
     return out.to(out_dtype)
 
 
@@ -156,20 +157,9 @@ def ordered_bits(keys: torch.Tensor, descending: bool) -> tuple[torch.Tensor, in
     Floats use the sign-flip transform (NaN canonicalised so it sorts last ascending, first descending, like
     ``torch.sort``); integers are offset by their minimum; descending inverts the bits.
     """
-    if keys.dtype.is_floating_point:
-        k = keys.to(torch.float64)
-        k = torch.where(torch.isnan(k), torch.tensor(float("nan"), dtype=torch.float64, device=k.device), k)
-        k = torch.where(k == 0, torch.zeros_like(k), k)  # -0.0 == 0.0
-        b = k.view(torch.int64)
-        # negative: flip all bits; non-negative: flip the sign bit -> unsigned order; then drop to 63 bits
-        # by mapping into signed order instead (b ^ (b >> 63) & INT64_MAX) keeps torch's signed comparisons.
-        b = b ^ ((b >> 63) & 0x7FFFFFFFFFFFFFFF)
-        lo = b.min() if b.numel() else torch.tensor(0, device=b.device)
-        hi = b.max() if b.numel() else torch.tensor(0, device=b.device)
-    else:
-        b = keys.to(torch.int64)
-        lo = b.min() if b.numel() else torch.tensor(0, device=b.device)
-        hi = b.max() if b.numel() else torch.tensor(0, device=b.device)
+    b = float_order_bits(keys.to(torch.float64)) if keys.dtype.is_floating_point else keys.to(torch.int64)
+    lo = b.min() if b.numel() else torch.tensor(0, device=b.device)
+    hi = b.max() if b.numel() else torch.tensor(0, device=b.device)
     span = int(hi) - int(lo)
     if span.bit_length() <= 62:
         u = b - lo  # in [0, span]
