@@ -106,7 +106,8 @@ def use_backend(name: str) -> Iterator[None]:
 
 
 def _lazy_ops() -> None:
-    # Importing the primitives registers their implementations.
+    # Importing the operation modules registers their implementations.
+    import densitas.kde.pairsum
     import densitas.primitives  # noqa: F401
 
 
