@@ -125,6 +125,9 @@ def prepare(x: Any, weights: Any = None, *, device: DeviceLike = "auto", name: s
         if total <= 1.0:
             raise InputError("'weights' are frequency weights (their sum is the sample size) and must sum to more "
                              f"than 1. Got sum {total:g}.")
+        keep = w > 0
+        if not bool(keep.all()):  # rows of weight 0 have no influence; dropping them keeps grid ranges exact
+            t, w = t[keep], w[keep]
     return Sample(t, w, names, t.ndim == 1)
 
 
