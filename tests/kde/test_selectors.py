@@ -51,7 +51,9 @@ def test_lscv_objective_matches_bruteforce(backend, rng, n, d, weighted):
     w = rng.integers(1, 4, size=n).astype(float) if weighted else None
     H = _spd(rng, d) * float(np.var(x))
     got = lscv_objective(x, H, weights=w, device="cpu")
-    assert got == pytest.approx(lscv_bruteforce(x, H, w), rel=RTOL[backend])
+    t1, t2 = lscv_bruteforce(x, H, w, terms=True)
+    # relative to the terms: their difference crosses zero as H grows
+    assert got == pytest.approx(t1 - t2, rel=RTOL[backend], abs=RTOL[backend] * (t1 + t2))
 
 
 def test_lscv_objective_1d_takes_the_standard_deviation(rng):
@@ -98,12 +100,13 @@ def test_weighted_binned_plugin_matches_repeated_rows(rng):
 
 
 def test_lscv_h_is_a_minimiser(backend, rng):
-    x = rng.normal(size=(150, 2)) @ np.array([[1.0, 0.6], [0.0, 0.8]])
+    n = 150 if backend == "torch" else 60  # the Triton interpreter is slow
+    x = rng.normal(size=(n, 2)) @ np.array([[1.0, 0.6], [0.0, 0.8]])
     H = bandwidth(x, "lscv_h", device="cpu")
     cov = np.cov(x.T)
     h = math.sqrt(H[0, 0] / cov[0, 0])
     assert np.allclose(H, h * h * cov, rtol=1e-8)
-    h0 = (4 / (4 * 150)) ** (1 / 6)
+    h0 = (4 / (4 * n)) ** (1 / 6)
     grid = np.geomspace(h0 / 4, h0 * 4, 400)
     fine = min(lscv_bruteforce(x, g * g * cov) for g in grid)
     # float32 sums on the Triton path leave ~1e-7 relative noise in each evaluation

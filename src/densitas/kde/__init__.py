@@ -6,7 +6,8 @@
 * :class:`KernelDensity` — a scikit-learn estimator.
 """
 
+from densitas.kde.estimator import KernelDensity
 from densitas.kde.kernels import KERNELS
 from densitas.kde.selectors import ENGINES, METHODS, bandwidth, lscv_objective, plugin_functional
 
-__all__ = ["ENGINES", "KERNELS", "METHODS", "bandwidth", "lscv_objective", "plugin_functional"]
+__all__ = ["ENGINES", "KERNELS", "METHODS", "KernelDensity", "bandwidth", "lscv_objective", "plugin_functional"]

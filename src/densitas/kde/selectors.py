@@ -122,6 +122,8 @@ def prepare(x: Any, weights: Any = None, *, device: DeviceLike = "auto", name: s
             i = int(badw.nonzero()[0, 0])
             raise InputError(f"'weights' must be finite and ≥ 0. Got {float(w[i])} at position {i}.")
         total = float(w.sum())
+        if total == 0.0:
+            raise InputError("All 'weights' are zero; at least two rows need positive weight.")
         if total <= 1.0:
             raise InputError("'weights' are frequency weights (their sum is the sample size) and must sum to more "
                              f"than 1. Got sum {total:g}.")
@@ -131,8 +133,12 @@ def prepare(x: Any, weights: Any = None, *, device: DeviceLike = "auto", name: s
     return Sample(t, w, names, t.ndim == 1)
 
 
-def _check_scale(s: Sample) -> torch.Tensor:
-    """Sample covariance, after checking for constant columns and collinearity (named in the error)."""
+class SingularCovarianceError(InputError):
+    """The sample covariance is singular (collinear columns, or fewer rows than columns)."""
+
+
+def _check_scale(s: Sample, full: bool = True) -> torch.Tensor:
+    """Sample covariance, after checking for constant columns and (``full``) collinearity, named in the error."""
     cov = s.cov()
     var = torch.diagonal(cov)
     for j in range(s.d):
@@ -140,15 +146,16 @@ def _check_scale(s: Sample) -> torch.Tensor:
             val = float(s.x2[0, j])
             raise InputError(f"Column {s.names[j]!r} of the data is constant (every value is {val:g}); a bandwidth "
                              "for it would be 0.")
-    if s.d > 1:
+    if s.d > 1 and full:
         sd = torch.sqrt(var)
         corr = cov / sd[:, None] / sd[None, :]
         evals, evecs = torch.linalg.eigh(corr)
         if float(evals[0]) <= 1e-10 * float(evals[-1]):
             v = evecs[:, 0].abs()
             cols = [s.names[j] for j in range(s.d) if float(v[j]) > 1e-6]
-            raise InputError(f"The columns {cols} are collinear (their sample covariance is singular), so no "
-                             "full-rank bandwidth matrix exists. Drop one of them or project the data first.")
+            raise SingularCovarianceError(f"The columns {cols} are collinear (their sample covariance is singular), "
+                                          "so no full-rank bandwidth matrix exists. Drop one of them, project the "
+                                          "data first, or use a rule with covariance='diagonal'.")
     return cov
 
 
@@ -186,9 +193,11 @@ def _weighted_quantile(x: torch.Tensor, w: torch.Tensor | None, q: float) -> flo
 # ------------------------------------------------------------------------------------ rules of thumb
 
 
-def _rule(s: Sample, method: str) -> float | np.ndarray:
+def _rule(s: Sample, method: str, covariance: str = "full") -> float | np.ndarray:
     n, d = s.n, s.d
-    cov = _check_scale(s)
+    cov = _check_scale(s, full=covariance == "full")
+    if covariance == "diagonal":
+        cov = torch.diag(torch.diagonal(cov))
     if s.one_d:
         sd = math.sqrt(float(cov[0, 0]))
         iqr = _weighted_quantile(s.x, s.w, 0.75) - _weighted_quantile(s.x, s.w, 0.25)
@@ -555,7 +564,8 @@ def bandwidth(x: Any, method: str = "plugin", *, engine: str = "auto", weights: 
         * ``"scott"`` — 1-D: ``h = 1.059 · min(sd, IQR/1.349) · n^(−1/5)`` (1.059 = (4/3)^(1/5), the normal
           AMISE optimum); d-D: ``H = n^(−2/(d+4)) · S`` (Scott's factor squared times the sample covariance).
         * ``"silverman"`` — 1-D: ``h = 0.9 · min(sd, IQR/1.349) · n^(−1/5)`` (Silverman 1986, eq. 3.31);
-          d-D: ``H = (n(d+2)/4)^(−2/(d+4)) · S``.
+          d-D: ``H = (n(d+2)/4)^(−2/(d+4)) · S``. Both rules take ``covariance="diagonal"`` to use only the
+          diagonal of S (a product kernel; works when S is singular).
         * ``"plugin"`` — 1-D two-stage direct plug-in (Sheather & Jones 1991 / Wand & Jones 1995 §3.6; digest
           steps 1–7; KernSmooth ``dpik``): two O(n²) functionals Ψ̂₆(g₁), Ψ̂₄(g₂).
         * ``"lscv_h"`` — ``H = h²S``, h minimising LSCV(h²S) (documents 000/003): a 32-point geometric grid over
@@ -591,8 +601,12 @@ def bandwidth(x: Any, method: str = "plugin", *, engine: str = "auto", weights: 
     engine = _check_choice("engine", engine, ENGINES)
     s = prepare(x, weights, device=device)
     if method in ("scott", "silverman"):
-        _check_options(options, set(), method)
-        return _rule(s, method)
+        _check_options(options, {"covariance"}, method)
+        covariance = options.get("covariance", "full")
+        if covariance not in ("full", "diagonal"):
+            raise InputError(f"The 'covariance' option of method {method!r} must be 'full' or 'diagonal'. Got "
+                             f"{covariance!r} instead.")
+        return _rule(s, method, covariance)
     if method == "plugin":
         _check_options(options, set(), method)
         if not s.one_d and s.d != 1:

@@ -48,9 +48,11 @@ def _gauss_density(diff: np.ndarray, H: np.ndarray) -> np.ndarray:
     return np.exp(-0.5 * q) / math.sqrt((2 * math.pi) ** d * np.linalg.det(H))
 
 
-def lscv_bruteforce(x: np.ndarray, H: np.ndarray | float, w: np.ndarray | None = None) -> float:
+def lscv_bruteforce(x: np.ndarray, H: np.ndarray | float, w: np.ndarray | None = None, *,
+                    terms: bool = False) -> float | tuple[float, float]:
     """LSCV(H) = n⁻² ΣᵢΣⱼ φ_{2H}(xᵢ−xⱼ) − 2/(n(n−1)) Σ_{i≠j} φ_H(xᵢ−xⱼ), frequency weights (copies of a row are
-    distinct samples at distance 0)."""
+    distinct samples at distance 0). ``terms=True`` returns the two terms (their sizes bound the rounding error of
+    the difference, which crosses zero as H grows)."""
     x = np.asarray(x, dtype=np.float64)
     x2 = x[:, None] if x.ndim == 1 else x
     H = np.array([[float(H) ** 2]]) if np.ndim(H) == 0 else np.asarray(H, dtype=np.float64)
@@ -63,4 +65,6 @@ def lscv_bruteforce(x: np.ndarray, H: np.ndarray | float, w: np.ndarray | None =
         t1 += float(wi @ _gauss_density(diff, 2 * H) @ w)
         t2 += float(wi @ _gauss_density(diff, H) @ w)
     t2 -= float(w.sum()) * float(_gauss_density(np.zeros((1, H.shape[0])), H)[0])
+    if terms:
+        return t1 / (n * n), 2 * t2 / (n * (n - 1))
     return t1 / (n * n) - 2 * t2 / (n * (n - 1))
