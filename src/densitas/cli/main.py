@@ -24,7 +24,8 @@ def demo(
 @app.command("bandwidth")
 def bandwidth_cmd(
     file: str = typer.Argument(..., help="A CSV or Parquet file, or a DuckDB database (.duckdb/.db)."),
-    column: list[str] = typer.Option(..., "--column", "-c", help="Column(s); several give a bandwidth matrix."),
+    column: list[str] = typer.Option(..., "--column", "-c",  # noqa: B008
+                                     help="Column(s); several give a bandwidth matrix."),
     method: str = typer.Option("plugin", "--method", "-m",
                                help="plugin, scott, silverman, lscv_h, lscv_H or isj."),
     engine: str = typer.Option("auto", "--engine", help="auto, exact or binned."),
