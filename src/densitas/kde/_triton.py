@@ -31,8 +31,9 @@ _INTERP = interpret_mode()
 
 HERMITE_BLOCK = 16 if _INTERP else 128
 HERMITE_WARPS = 8
-GAUSS_BLOCK = 8 if _INTERP else 64
+GAUSS_BLOCK = 16 if _INTERP else 64  # tl.dot needs at least 16
 GAUSS_WARPS = 4
+GAUSS_PRECISION = "ieee" if _INTERP else "tf32x3"
 PROGS_PER_SM = 8
 LOG2E = 1.0 / math.log(2.0)
 
@@ -61,6 +62,16 @@ def _schedule(band: np.ndarray, device: torch.device) -> tuple[torch.Tensor, tor
 
 
 @triton.jit
+def _hermite_tile(xi, xj, coef_ptr, NC: tl.constexpr, B: tl.constexpr):
+    v = xj[None, :] - xi[:, None]
+    s = v * v
+    p = tl.zeros([B, B], tl.float32) + tl.load(coef_ptr + NC - 1)
+    for m in tl.static_range(NC - 1):
+        p = p * s + tl.load(coef_ptr + NC - 2 - m)
+    return p * tl.exp2(-s)
+
+
+@triton.jit
 def _hermite_kernel(x_ptr, w_ptr, coef_ptr, band_ptr, si_ptr, sj_ptr, out_ptr, n, T, L, G,
                     NC: tl.constexpr, WEIGHTED: tl.constexpr, B: tl.constexpr):
     pid = tl.program_id(0)
@@ -75,22 +86,24 @@ def _hermite_kernel(x_ptr, w_ptr, coef_ptr, band_ptr, si_ptr, sj_ptr, out_ptr, n
     while (t < G) & (first + t < L):
         ri = I * B + lanes
         cj = J * B + lanes
-        mi = ri < n
-        mj = cj < n
-        xi = tl.load(x_ptr + ri, mask=mi, other=0.0)
-        xj = tl.load(x_ptr + cj, mask=mj, other=0.0)
-        v = xj[None, :] - xi[:, None]
-        s = v * v
-        p = tl.zeros([B, B], tl.float32) + tl.load(coef_ptr + NC - 1)
-        for m in tl.static_range(NC - 1):
-            p = p * s + tl.load(coef_ptr + NC - 2 - m)
-        val = p * tl.exp2(-s)
-        if WEIGHTED:
-            wi = tl.load(w_ptr + ri, mask=mi, other=0.0)
-            wj = tl.load(w_ptr + cj, mask=mj, other=0.0)
-            val = val * wi[:, None] * wj[None, :]
-        valid = (cj[None, :] > ri[:, None]) & mj[None, :]
-        val = tl.where(valid, val, 0.0)
+        if (J > I) & ((J + 1) * B <= n):  # interior tile: every pair is live, no masks
+            xi = tl.load(x_ptr + ri)
+            xj = tl.load(x_ptr + cj)
+            val = _hermite_tile(xi, xj, coef_ptr, NC, B)
+            if WEIGHTED:
+                val = val * tl.load(w_ptr + ri)[:, None] * tl.load(w_ptr + cj)[None, :]
+        else:
+            mi = ri < n
+            mj = cj < n
+            xi = tl.load(x_ptr + ri, mask=mi, other=0.0)
+            xj = tl.load(x_ptr + cj, mask=mj, other=0.0)
+            val = _hermite_tile(xi, xj, coef_ptr, NC, B)
+            if WEIGHTED:
+                wi = tl.load(w_ptr + ri, mask=mi, other=0.0)
+                wj = tl.load(w_ptr + cj, mask=mj, other=0.0)
+                val = val * wi[:, None] * wj[None, :]
+            valid = (cj[None, :] > ri[:, None]) & mj[None, :]
+            val = tl.where(valid, val, 0.0)
         acc += tl.sum(tl.sum(val, axis=1), axis=0).to(tl.float64)
         J += 1
         if J > band_end:
@@ -99,7 +112,6 @@ def _hermite_kernel(x_ptr, w_ptr, coef_ptr, band_ptr, si_ptr, sj_ptr, out_ptr, n
             band_end = tl.load(band_ptr + I, mask=I < T, other=0)
         t += 1
     tl.store(out_ptr + pid + tl.arange(0, 1), acc)
-
 
 
 def hermite_pairsum(x: torch.Tensor, w: torch.Tensor | None, scale: float, coefs: list[float],
@@ -128,8 +140,9 @@ def hermite_pairsum(x: torch.Tensor, w: torch.Tensor | None, scale: float, coefs
 
 
 @triton.jit
-def _gauss_kernel(zt_ptr, w_ptr, a_ptr, band_ptr, si_ptr, sj_ptr, out_ptr, n, ld, T, L, G,
-                  K: tl.constexpr, KP: tl.constexpr, D: tl.constexpr, CHAIN: tl.constexpr, B: tl.constexpr):
+def _gauss_kernel(z_ptr, nrm_ptr, w_ptr, a_ptr, band_ptr, si_ptr, sj_ptr, out_ptr, n, T, L, G,
+                  K: tl.constexpr, KP: tl.constexpr, DP: tl.constexpr, CHAIN: tl.constexpr,
+                  WEIGHTED: tl.constexpr, PREC: tl.constexpr, B: tl.constexpr):
     pid = tl.program_id(0)
     I = tl.load(si_ptr + pid)
     J = tl.load(sj_ptr + pid)
@@ -138,6 +151,7 @@ def _gauss_kernel(zt_ptr, w_ptr, a_ptr, band_ptr, si_ptr, sj_ptr, out_ptr, n, ld
     acc1 = tl.zeros([KP], tl.float64)
     acc2 = tl.zeros([KP], tl.float64)
     lanes = tl.arange(0, B)
+    dims = tl.arange(0, DP)
     first = pid * G
     t = 0
     while (t < G) & (first + t < L):
@@ -145,16 +159,20 @@ def _gauss_kernel(zt_ptr, w_ptr, a_ptr, band_ptr, si_ptr, sj_ptr, out_ptr, n, ld
         cj = J * B + lanes
         mi = ri < n
         mj = cj < n
-        y = tl.zeros([B, B], tl.float32)
-        for dd in tl.static_range(D):
-            zi = tl.load(zt_ptr + dd * ld + ri, mask=mi, other=0.0)
-            zj = tl.load(zt_ptr + dd * ld + cj, mask=mj, other=0.0)
-            diff = zi[:, None] - zj[None, :]
-            y += diff * diff
-        wi = tl.load(w_ptr + ri, mask=mi, other=0.0)
-        wj = tl.load(w_ptr + cj, mask=mj, other=0.0)
-        valid = (cj[None, :] > ri[:, None]) & mj[None, :]
-        wt = tl.where(valid, wi[:, None] * wj[None, :], 0.0)
+        zi = tl.load(z_ptr + ri[:, None] * DP + dims[None, :], mask=mi[:, None], other=0.0)
+        zj = tl.load(z_ptr + cj[:, None] * DP + dims[None, :], mask=mj[:, None], other=0.0)
+        ni = tl.load(nrm_ptr + ri, mask=mi, other=0.0)
+        nj = tl.load(nrm_ptr + cj, mask=mj, other=0.0)
+        # ‖zi − zj‖² = ‖zi‖² + ‖zj‖² − 2 zi·zj on the tensor cores (3xTF32: float32 accuracy); data are centred
+        y = ni[:, None] + nj[None, :] - 2.0 * tl.dot(zi, tl.trans(zj), input_precision=PREC)
+        y = tl.maximum(y, 0.0)
+        interior = (J > I) & ((J + 1) * B <= n)
+        if WEIGHTED:
+            wi = tl.load(w_ptr + ri, mask=mi, other=0.0)
+            wj = tl.load(w_ptr + cj, mask=mj, other=0.0)
+            wt = wi[:, None] * wj[None, :]
+        if not interior:  # an infinite distance makes every exp vanish: masks the lower triangle and padding
+            y = tl.where((cj[None, :] > ri[:, None]) & mj[None, :], y, float("inf"))
         if CHAIN:
             a0 = tl.load(a_ptr)
             e = tl.exp2(-a0 * y)
@@ -165,9 +183,13 @@ def _gauss_kernel(zt_ptr, w_ptr, a_ptr, band_ptr, si_ptr, sj_ptr, out_ptr, n, ld
                     e = e * r
             else:
                 e = tl.exp2(-tl.load(a_ptr + k) * y)
-            we = wt * e
-            s1 = tl.sum(tl.sum(we, axis=1), axis=0).to(tl.float64)
-            s2 = tl.sum(tl.sum(we * e, axis=1), axis=0).to(tl.float64)
+            if WEIGHTED:
+                we = wt * e
+                s1 = tl.sum(tl.sum(we, axis=1), axis=0).to(tl.float64)
+                s2 = tl.sum(tl.sum(we * e, axis=1), axis=0).to(tl.float64)
+            else:
+                s1 = tl.sum(tl.sum(e, axis=1), axis=0).to(tl.float64)
+                s2 = tl.sum(tl.sum(e * e, axis=1), axis=0).to(tl.float64)
             acc1 = tl.where(kk == k, acc1 + s1, acc1)
             acc2 = tl.where(kk == k, acc2 + s2, acc2)
         J += 1
@@ -180,20 +202,25 @@ def _gauss_kernel(zt_ptr, w_ptr, a_ptr, band_ptr, si_ptr, sj_ptr, out_ptr, n, ld
     tl.store(out_ptr + pid * 2 * KP + KP + kk, acc2)
 
 
-
 def gauss_pairsum(z: torch.Tensor, w: torch.Tensor | None, a: torch.Tensor, chain: bool) -> torch.Tensor:
     n, d = z.shape
     K = a.shape[0]
     if n < 2 or K == 0:
         return torch.zeros(K, 2, dtype=torch.float64, device=z.device)
     B = GAUSS_BLOCK
-    zt = z.to(torch.float32).T.contiguous()  # dimension-major: coalesced tile loads (document 003)
-    wf = torch.ones(n, dtype=torch.float32, device=z.device) if w is None else w.to(torch.float32).contiguous()
+    dp = max(16, triton.next_power_of_2(d))
+    zc = z.to(torch.float64)
+    zc = zc - zc.mean(0)  # centred: smaller norms, less cancellation in the expansion
+    zp = torch.zeros(n, dp, dtype=torch.float32, device=z.device)
+    zp[:, :d] = zc.to(torch.float32)
+    nrm = (zp.to(torch.float64) ** 2).sum(1).to(torch.float32)  # norms of the rounded points: y(i, i) = 0
+    wf = zp if w is None else w.to(torch.float32).contiguous()
     af = (a.to(torch.float64) * LOG2E).to(device=z.device, dtype=torch.float32)
     T = triton.cdiv(n, B)
     band_t, si, sj, total, per, progs = _schedule(np.full(T, T - 1, dtype=np.int64), z.device)
     KP = triton.next_power_of_2(K)
     out = torch.empty(progs, 2, KP, dtype=torch.float64, device=z.device)
-    _gauss_kernel[(progs,)](zt, wf, af, band_t, si, sj, out, n, n, T, total, per, K=K, KP=KP, D=d,
-                            CHAIN=bool(chain) and K > 1, B=B, num_warps=GAUSS_WARPS)
+    _gauss_kernel[(progs,)](zp, nrm, wf, af, band_t, si, sj, out, n, T, total, per, K=K, KP=KP, DP=dp,
+                            CHAIN=bool(chain) and K > 1, WEIGHTED=w is not None, PREC=GAUSS_PRECISION, B=B,
+                            num_warps=GAUSS_WARPS)
     return out.sum(0)[:, :K].T.contiguous()
