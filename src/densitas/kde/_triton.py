@@ -30,10 +30,12 @@ from densitas._backend.dispatch import interpret_mode
 _INTERP = interpret_mode()
 
 HERMITE_BLOCK = 16 if _INTERP else 128
-HERMITE_WARPS = 8
+HERMITE_WARPS = 4
 GAUSS_BLOCK = 16 if _INTERP else 64  # tl.dot needs at least 16
+GAUSS_BLOCK_K1 = 16 if _INTERP else 128  # one exponential per pair: larger tiles pay (tune_kde.py)
 GAUSS_WARPS = 4
 GAUSS_PRECISION = "ieee" if _INTERP else "tf32x3"
+FAST_EXP2 = not _INTERP
 PROGS_PER_SM = 8
 LOG2E = 1.0 / math.log(2.0)
 
@@ -62,18 +64,27 @@ def _schedule(band: np.ndarray, device: torch.device) -> tuple[torch.Tensor, tor
 
 
 @triton.jit
-def _hermite_tile(xi, xj, coef_ptr, NC: tl.constexpr, B: tl.constexpr):
+def _exp2(x, FAST: tl.constexpr):
+    if FAST:  # the special-function unit's instruction, flushing denormals (not available in the interpreter)
+        return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [x], dtype=tl.float32,
+                                         is_pure=True, pack=1)
+    else:
+        return tl.exp2(x)
+
+
+@triton.jit
+def _hermite_tile(xi, xj, coef_ptr, NC: tl.constexpr, B: tl.constexpr, FAST: tl.constexpr):
     v = xj[None, :] - xi[:, None]
     s = v * v
     p = tl.zeros([B, B], tl.float32) + tl.load(coef_ptr + NC - 1)
     for m in tl.static_range(NC - 1):
         p = p * s + tl.load(coef_ptr + NC - 2 - m)
-    return p * tl.exp2(-s)
+    return p * _exp2(-s, FAST)
 
 
 @triton.jit
 def _hermite_kernel(x_ptr, w_ptr, coef_ptr, band_ptr, si_ptr, sj_ptr, out_ptr, n, T, L, G,
-                    NC: tl.constexpr, WEIGHTED: tl.constexpr, B: tl.constexpr):
+                    NC: tl.constexpr, WEIGHTED: tl.constexpr, B: tl.constexpr, FAST: tl.constexpr):
     pid = tl.program_id(0)
     I = tl.load(si_ptr + pid)
     J = tl.load(sj_ptr + pid)
@@ -89,7 +100,7 @@ def _hermite_kernel(x_ptr, w_ptr, coef_ptr, band_ptr, si_ptr, sj_ptr, out_ptr, n
         if (J > I) & ((J + 1) * B <= n):  # interior tile: every pair is live, no masks
             xi = tl.load(x_ptr + ri)
             xj = tl.load(x_ptr + cj)
-            val = _hermite_tile(xi, xj, coef_ptr, NC, B)
+            val = _hermite_tile(xi, xj, coef_ptr, NC, B, FAST)
             if WEIGHTED:
                 val = val * tl.load(w_ptr + ri)[:, None] * tl.load(w_ptr + cj)[None, :]
         else:
@@ -97,7 +108,7 @@ def _hermite_kernel(x_ptr, w_ptr, coef_ptr, band_ptr, si_ptr, sj_ptr, out_ptr, n
             mj = cj < n
             xi = tl.load(x_ptr + ri, mask=mi, other=0.0)
             xj = tl.load(x_ptr + cj, mask=mj, other=0.0)
-            val = _hermite_tile(xi, xj, coef_ptr, NC, B)
+            val = _hermite_tile(xi, xj, coef_ptr, NC, B, FAST)
             if WEIGHTED:
                 wi = tl.load(w_ptr + ri, mask=mi, other=0.0)
                 wj = tl.load(w_ptr + cj, mask=mj, other=0.0)
@@ -135,14 +146,14 @@ def hermite_pairsum(x: torch.Tensor, w: torch.Tensor | None, scale: float, coefs
     out = torch.empty(progs, dtype=torch.float64, device=x.device)
     wf = xs if w is None else w.to(torch.float32).contiguous()
     _hermite_kernel[(progs,)](xs, wf, cf, band_t, si, sj, out, n, T, total, per, NC=len(coefs),
-                              WEIGHTED=w is not None, B=B, num_warps=HERMITE_WARPS)
+                              WEIGHTED=w is not None, B=B, FAST=FAST_EXP2, num_warps=HERMITE_WARPS)
     return float(out.sum())
 
 
 @triton.jit
 def _gauss_kernel(z_ptr, nrm_ptr, w_ptr, a_ptr, band_ptr, si_ptr, sj_ptr, out_ptr, n, T, L, G,
                   K: tl.constexpr, KP: tl.constexpr, DP: tl.constexpr, CHAIN: tl.constexpr,
-                  WEIGHTED: tl.constexpr, PREC: tl.constexpr, B: tl.constexpr):
+                  WEIGHTED: tl.constexpr, PREC: tl.constexpr, B: tl.constexpr, FAST: tl.constexpr):
     pid = tl.program_id(0)
     I = tl.load(si_ptr + pid)
     J = tl.load(sj_ptr + pid)
@@ -175,14 +186,14 @@ def _gauss_kernel(z_ptr, nrm_ptr, w_ptr, a_ptr, band_ptr, si_ptr, sj_ptr, out_pt
             y = tl.where((cj[None, :] > ri[:, None]) & mj[None, :], y, float("inf"))
         if CHAIN:
             a0 = tl.load(a_ptr)
-            e = tl.exp2(-a0 * y)
-            r = tl.exp2(-(tl.load(a_ptr + 1) - a0) * y)
+            e = _exp2(-a0 * y, FAST)
+            r = _exp2(-(tl.load(a_ptr + 1) - a0) * y, FAST)
         for k in tl.static_range(K):
             if CHAIN:
                 if k > 0:
                     e = e * r
             else:
-                e = tl.exp2(-tl.load(a_ptr + k) * y)
+                e = _exp2(-tl.load(a_ptr + k) * y, FAST)
             if WEIGHTED:
                 we = wt * e
                 s1 = tl.sum(tl.sum(we, axis=1), axis=0).to(tl.float64)
@@ -207,7 +218,7 @@ def gauss_pairsum(z: torch.Tensor, w: torch.Tensor | None, a: torch.Tensor, chai
     K = a.shape[0]
     if n < 2 or K == 0:
         return torch.zeros(K, 2, dtype=torch.float64, device=z.device)
-    B = GAUSS_BLOCK
+    B = GAUSS_BLOCK_K1 if K == 1 else GAUSS_BLOCK
     dp = max(16, triton.next_power_of_2(d))
     zc = z.to(torch.float64)
     zc = zc - zc.mean(0)  # centred: smaller norms, less cancellation in the expansion
@@ -222,5 +233,5 @@ def gauss_pairsum(z: torch.Tensor, w: torch.Tensor | None, a: torch.Tensor, chai
     out = torch.empty(progs, 2, KP, dtype=torch.float64, device=z.device)
     _gauss_kernel[(progs,)](zp, nrm, wf, af, band_t, si, sj, out, n, T, total, per, K=K, KP=KP, DP=dp,
                             CHAIN=bool(chain) and K > 1, WEIGHTED=w is not None, PREC=GAUSS_PRECISION, B=B,
-                            num_warps=GAUSS_WARPS)
+                            FAST=FAST_EXP2, num_warps=GAUSS_WARPS)
     return out.sum(0)[:, :K].T.contiguous()
