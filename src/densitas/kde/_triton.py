@@ -30,7 +30,7 @@ from densitas._backend.dispatch import interpret_mode
 _INTERP = interpret_mode()
 
 HERMITE_BLOCK = 16 if _INTERP else 128
-HERMITE_WARPS = 4
+HERMITE_WARPS = 2  # tune_kde.py on an H200: 893 G pairs/s (4 warps: 805, 8 warps: 540)
 GAUSS_BLOCK = 16 if _INTERP else 64  # tl.dot needs at least 16
 GAUSS_BLOCK_K1 = 16 if _INTERP else 128  # one exponential per pair: larger tiles pay (tune_kde.py)
 GAUSS_WARPS = 4
