@@ -14,6 +14,7 @@ rounding of the result, so the sum stays exact while most pairs of a large sampl
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -31,15 +32,20 @@ __all__ = ["gauss_grad_sums", "gauss_sums", "hermite_cutoff", "hermite_sum"]
 PRUNE_TOLERANCE = 1e-15
 
 
-def hermite_cutoff(r: int, n_eff2: float, diag: float) -> float:
-    """Smallest ``u`` beyond which ``n_eff2 · max_{|v|≥u} |He_r(v)| φ(v) ≤ PRUNE_TOLERANCE · diag``."""
+@functools.cache
+def _tail_envelope(r: int) -> tuple[np.ndarray, np.ndarray]:
     coefs = hermite_even_coefficients(r)
     u = np.linspace(0.0, 60.0, 60001)
     he = np.polynomial.polynomial.polyval(u * u, coefs)
     env = np.abs(he) * np.exp(-0.5 * u * u) / SQRT_2PI
-    tail = np.maximum.accumulate(env[::-1])[::-1]  # max over v ≥ u
-    ok = np.nonzero(tail * n_eff2 <= PRUNE_TOLERANCE * diag)[0]
-    return float(u[ok[0]]) if ok.size else math.inf
+    return u, np.maximum.accumulate(env[::-1])[::-1]  # max over v ≥ u (non-increasing)
+
+
+def hermite_cutoff(r: int, n_eff2: float, diag: float) -> float:
+    """Smallest ``u`` beyond which ``n_eff2 · max_{|v|≥u} |He_r(v)| φ(v) ≤ PRUNE_TOLERANCE · diag``."""
+    u, tail = _tail_envelope(r)
+    k = int(np.searchsorted(-tail, -PRUNE_TOLERANCE * diag / n_eff2, side="left"))
+    return float(u[k]) if k < u.size else math.inf
 
 
 def hermite_sum(xs: torch.Tensor, w: torch.Tensor | None, g: float, r: int, *, prune: bool = True) -> float:

@@ -78,6 +78,8 @@ class Sample:
 
     def cov(self) -> torch.Tensor:
         """Sample covariance with ddof = 1 (frequency weights: divide by Σw − 1)."""
+        if self.w is None and self.one_d:  # one streaming pass, no centred copy of a long column
+            return torch.var(self.x, correction=1).reshape(1, 1)
         xc = self.x2 - self.mean()
         wx = xc if self.w is None else xc * self.w[:, None]
         return (wx.T @ xc) / (self.n - 1.0)
@@ -226,15 +228,15 @@ class _Functional:
     def __init__(self, s: Sample, engine: str, g_min_hint: float):
         self.s = s
         self.engine = engine
-        xc = s.x - s.mean()[0]
         if engine == "exact":
+            xc = s.x - s.mean()[0]  # centred: the Triton path works in float32
             order = torch.argsort(xc)
             self.xs = xc[order].contiguous()
             self.w = None if s.w is None else s.w[order].contiguous()
-        else:
-            self.lo = float(xc.min())
-            self.hi = float(xc.max())
-            self.xc = xc
+        else:  # binning is shift-invariant: no centring pass over a possibly huge column
+            self.lo = float(s.x.min())
+            self.hi = float(s.x.max())
+            self.xc = s.x
             self._bin(g_min_hint)
 
     def _bin(self, g: float) -> None:
