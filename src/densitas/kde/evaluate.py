@@ -13,15 +13,12 @@ import numpy as np
 import torch
 
 from densitas.exceptions import UnsupportedQueryError
+from densitas.kde._torch import _sqdist
 from densitas.kde.kernels import Kernel
 
 __all__ = ["box_mass", "kernel_cdf_1d", "log_density", "sample_canonical"]
 
 _TILE = 1 << 21
-
-
-def _sqdist(q: torch.Tensor, x: torch.Tensor, qn: torch.Tensor, xn: torch.Tensor) -> torch.Tensor:
-    return torch.addmm(qn[:, None] + xn[None, :], q, x.T, alpha=-2.0).clamp_min_(0.0)
 
 
 def log_density(zq: torch.Tensor, zx: torch.Tensor, logw: torch.Tensor, kernel: Kernel,

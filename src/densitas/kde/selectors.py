@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from densitas._backend.arrays import as_tensor
+from densitas._backend.arrays import as_tensor, check_choice
 from densitas._backend.device import DeviceLike
 from densitas.exceptions import DensitasError, InputError
 from densitas.kde import binned as _binned
@@ -159,13 +159,6 @@ def _check_scale(s: Sample, full: bool = True) -> torch.Tensor:
                                           "so no full-rank bandwidth matrix exists. Drop one of them, project the "
                                           "data first, or use a rule with covariance='diagonal'.")
     return cov
-
-
-def _check_choice(param: str, value: Any, choices: tuple[str, ...]) -> str:
-    if not isinstance(value, str) or value not in choices:
-        raise InputError(f"The '{param}' parameter of bandwidth must be one of {list(choices)}. Got {value!r} "
-                         "instead.")
-    return value
 
 
 def _check_options(options: dict[str, Any], allowed: set[str], method: str) -> None:
@@ -601,8 +594,8 @@ def bandwidth(x: Any, method: str = "plugin", *, engine: str = "auto", weights: 
     >>> round(bandwidth(x, "plugin", device="cpu"), 2)
     0.24
     """
-    method = _check_choice("method", method, METHODS)
-    engine = _check_choice("engine", engine, ENGINES)
+    method = check_choice("method", method, METHODS, "bandwidth")
+    engine = check_choice("engine", engine, ENGINES, "bandwidth")
     s = prepare(x, weights, device=device)
     if method in ("scott", "silverman"):
         _check_options(options, {"covariance"}, method)
@@ -708,7 +701,7 @@ def plugin_functional(x: Any, r: int, g: float, *, engine: str = "exact", weight
     if isinstance(r, bool) or not isinstance(r, int | np.integer) or r < 0 or r % 2:
         raise InputError(f"'r' must be an even int ≥ 0. Got {r!r} instead.")
     g = _check_positive("g", g)
-    engine = _check_choice("engine", engine, ENGINES)
+    engine = check_choice("engine", engine, ENGINES, "bandwidth")
     s = _as_1d(prepare(x, weights, device=device))
     return _Functional(s, _engine_for(s, engine), g)(int(r), g)
 
