@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import importlib
 import importlib.util
 import logging
 import os
@@ -31,7 +32,8 @@ from densitas.exceptions import DeviceError, InputError
 
 log = logging.getLogger("densitas")
 
-__all__ = ["BACKENDS", "Operation", "backend_setting", "register", "select", "triton_available", "use_backend"]
+__all__ = ["BACKENDS", "Operation", "backend_setting", "lazy", "register", "select", "triton_available",
+           "use_backend"]
 
 BACKENDS = ("auto", "torch", "triton")
 
@@ -64,6 +66,17 @@ def register(op: str, backend: str, *, auto: bool = True) -> Callable[[Callable]
         return fn
 
     return deco
+
+
+def lazy(module: str, name: str) -> Callable:
+    """A stand-in for ``module.name`` that imports ``module`` on first call (Triton reads ``TRITON_INTERPRET``
+    when kernels are defined, so kernel modules must not be imported at registration)."""
+
+    def call(*args, **kwargs):
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    call.__name__ = name
+    return call
 
 
 @functools.cache

@@ -64,6 +64,17 @@ def _schedule(band: np.ndarray, device: torch.device) -> tuple[torch.Tensor, tor
 
 
 @triton.jit
+def _next_tile(I, J, band_end, band_ptr, T):
+    """The next live tile in row-major order of the band: (row, column, last column of the row)."""
+    J += 1
+    if J > band_end:
+        I += 1
+        J = I
+        band_end = tl.load(band_ptr + I, mask=I < T, other=0)
+    return I, J, band_end
+
+
+@triton.jit
 def _exp2(x, FAST: tl.constexpr):
     if FAST:  # the special-function unit's instruction, flushing denormals (not available in the interpreter)
         return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [x], dtype=tl.float32,
@@ -116,11 +127,7 @@ def _hermite_kernel(x_ptr, w_ptr, coef_ptr, band_ptr, si_ptr, sj_ptr, out_ptr, n
             valid = (cj[None, :] > ri[:, None]) & mj[None, :]
             val = tl.where(valid, val, 0.0)
         acc += tl.sum(tl.sum(val, axis=1), axis=0).to(tl.float64)
-        J += 1
-        if J > band_end:
-            I += 1
-            J = I
-            band_end = tl.load(band_ptr + I, mask=I < T, other=0)
+        I, J, band_end = _next_tile(I, J, band_end, band_ptr, T)
         t += 1
     tl.store(out_ptr + pid + tl.arange(0, 1), acc)
 
@@ -203,11 +210,7 @@ def _gauss_kernel(z_ptr, nrm_ptr, w_ptr, a_ptr, band_ptr, si_ptr, sj_ptr, out_pt
                 s2 = tl.sum(tl.sum(e * e, axis=1), axis=0).to(tl.float64)
             acc1 = tl.where(kk == k, acc1 + s1, acc1)
             acc2 = tl.where(kk == k, acc2 + s2, acc2)
-        J += 1
-        if J > band_end:
-            I += 1
-            J = I
-            band_end = tl.load(band_ptr + I, mask=I < T, other=0)
+        I, J, band_end = _next_tile(I, J, band_end, band_ptr, T)
         t += 1
     tl.store(out_ptr + pid * 2 * KP + kk, acc1)
     tl.store(out_ptr + pid * 2 * KP + KP + kk, acc2)

@@ -3,20 +3,11 @@
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
+from functools import partial
 
-from densitas._backend.dispatch import register
+from densitas._backend.dispatch import lazy, register
 
-
-def _lazy(name: str) -> Callable:
-    def call(*args, **kwargs):
-        mod = importlib.import_module("densitas.kde._triton")
-        return getattr(mod, name)(*args, **kwargs)
-
-    call.__name__ = name
-    return call
-
+_lazy = partial(lazy, "densitas.kde._triton")
 
 register("kde_hermite_pairsum", "triton")(_lazy("hermite_pairsum"))
 register("kde_gauss_pairsum", "triton")(_lazy("gauss_pairsum"))

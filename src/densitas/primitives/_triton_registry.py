@@ -5,20 +5,11 @@
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
+from functools import partial
 
-from densitas._backend.dispatch import register
+from densitas._backend.dispatch import lazy, register
 
-
-def _lazy(name: str) -> Callable:
-    def call(*args, **kwargs):
-        mod = importlib.import_module("densitas.primitives._triton")
-        return getattr(mod, name)(*args, **kwargs)
-
-    call.__name__ = name
-    return call
-
+_lazy = partial(lazy, "densitas.primitives._triton")
 
 register("reduce", "triton")(_lazy("reduce"))
 register("scan", "triton")(_lazy("scan"))
