@@ -11,6 +11,7 @@ __all__ = [
     "DeviceError",
     "InputError",
     "NotFittedError",
+    "StaleSynopsisError",
     "UnsupportedQueryError",
 ]
 
@@ -33,3 +34,7 @@ class NotFittedError(DensitasError, AttributeError):
 
 class UnsupportedQueryError(DensitasError, NotImplementedError):
     """A SQL construct the approximate engine cannot answer; the message names the construct."""
+
+
+class StaleSynopsisError(DensitasError, RuntimeError):
+    """A synopsis no longer matches its table (rows or content changed since it was built)."""

@@ -1,0 +1,130 @@
+"""Column kinds: how each SQL type maps to the numeric line the synopses live on, and back."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from densitas.aqp.connector import quote
+from densitas.exceptions import InputError
+
+__all__ = ["ColumnInfo", "classify", "to_number"]
+
+_INT = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT",
+        "UHUGEINT", "INT", "INT2", "INT4", "INT8"}
+_FLOAT = {"FLOAT", "DOUBLE", "REAL", "FLOAT4", "FLOAT8"}
+_CATEGORICAL = {"VARCHAR", "BOOLEAN", "ENUM", "TEXT", "STRING", "UUID"}
+_EPOCH = _dt.date(1970, 1, 1)
+
+
+def classify(sql_type: str) -> tuple[str, float] | None:
+    """``(kind, step)`` of a numeric/date SQL type, None for other types. ``step`` is the spacing of the values
+    (1 for integers and dates, 10^-scale for decimals, 1 µs for timestamps, 0 for floats)."""
+    t = sql_type.upper()
+    if t in _INT:
+        return "int", 1.0
+    if t in _FLOAT:
+        return "float", 0.0
+    m = re.fullmatch(r"DECIMAL\((\d+),\s*(\d+)\)", t)
+    if m:
+        return "decimal", 10.0 ** -int(m.group(2))
+    if t == "DATE":
+        return "date", 1.0
+    if t in ("TIMESTAMP", "DATETIME", "TIMESTAMP_US"):
+        return "timestamp", 1.0
+    return None
+
+
+def is_categorical(sql_type: str) -> bool:
+    t = sql_type.upper()
+    return t in _CATEGORICAL or t.startswith("ENUM") or t in _INT
+
+
+@dataclass
+class ColumnInfo:
+    """A synopsis column: its kind, the numeric line it lives on and its bins."""
+
+    name: str
+    sql_type: str
+    kind: str
+    step: float
+    nullable: bool = False
+    lo: float = math.nan  # smallest value
+    hi: float = math.nan  # largest value
+    distinct: int = 0
+    discrete: bool = False  # bins are the distinct values themselves
+    edges: np.ndarray = field(default_factory=lambda: np.zeros(0))  # lower edge of each bin (bins 1..B)
+
+    @property
+    def expr(self) -> str:
+        """SQL mapping the column to DOUBLE on its numeric line."""
+        q = quote(self.name)
+        if self.kind == "date":
+            return f"CAST(datediff('day', DATE '1970-01-01', {q}) AS DOUBLE)"
+        if self.kind == "timestamp":
+            return f"CAST(epoch_us({q}) AS DOUBLE)"
+        return f"CAST({q} AS DOUBLE)"
+
+    @property
+    def numeric(self) -> bool:
+        """SUM and AVG apply (not to dates and timestamps)."""
+        return self.kind in ("int", "float", "decimal")
+
+    @property
+    def top(self) -> float:
+        """Upper end of the last bin: a value v occupies [v, v + step) on the line."""
+        return self.hi + self.step if self.step > 0 else float(np.nextafter(self.hi, np.inf))
+
+    @property
+    def bins(self) -> int:
+        return len(self.edges)
+
+    def uppers(self) -> np.ndarray:
+        """Upper end of each bin."""
+        return np.append(self.edges[1:], self.top)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "sql_type": self.sql_type, "kind": self.kind, "step": self.step,
+                "nullable": self.nullable, "lo": self.lo, "hi": self.hi, "distinct": self.distinct,
+                "discrete": self.discrete}
+
+    @classmethod
+    def from_dict(cls, d: dict, edges: np.ndarray) -> ColumnInfo:
+        return cls(edges=edges, **d)
+
+
+def to_number(info: ColumnInfo, value: object, where: str) -> float:
+    """A literal compared with ``info``'s column, on the column's numeric line."""
+    if info.kind == "date":
+        if isinstance(value, _dt.datetime):
+            value = value.date() if value.time() == _dt.time() else value
+        if isinstance(value, str):
+            try:
+                value = _dt.date.fromisoformat(value)
+            except ValueError:
+                raise InputError(f"{where}: {value!r} is not a date for the DATE column {info.name!r}.") from None
+        if isinstance(value, _dt.datetime):  # a timestamp inside a day: compare on the continuous day line
+            return (value - _dt.datetime(1970, 1, 1)).total_seconds() / 86400.0
+        if isinstance(value, _dt.date):
+            return float((value - _EPOCH).days)
+        raise InputError(f"{where}: {value!r} cannot be compared with the DATE column {info.name!r}.")
+    if info.kind == "timestamp":
+        if isinstance(value, str):
+            try:
+                value = _dt.datetime.fromisoformat(value)
+            except ValueError:
+                raise InputError(f"{where}: {value!r} is not a timestamp for the column {info.name!r}.") from None
+        if isinstance(value, _dt.date) and not isinstance(value, _dt.datetime):
+            value = _dt.datetime(value.year, value.month, value.day)
+        if isinstance(value, _dt.datetime):
+            delta = value.replace(tzinfo=None) - _dt.datetime(1970, 1, 1)
+            return float(delta.days * 86_400_000_000 + delta.seconds * 1_000_000 + delta.microseconds)
+        raise InputError(f"{where}: {value!r} cannot be compared with the TIMESTAMP column {info.name!r}.")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"{where}: {value!r} cannot be compared with the numeric column {info.name!r} "
+                         f"({info.sql_type}).")
+    return float(value)

@@ -1,0 +1,243 @@
+"""The SQL the approximate engine answers, parsed with sqlglot into a small :class:`Query`.
+
+Supported: ``COUNT(*)``, ``COUNT(col)``, ``SUM(col)``, ``AVG(col)`` (several per query, optionally aliased) from
+one table; ``WHERE`` as a conjunction of ``<``, ``<=``, ``>``, ``>=``, ``BETWEEN``, ``=``, ``IN`` between a column
+and literals; ``GROUP BY`` columns (which must also be selected or are added); ``ORDER BY`` on output columns.
+Anything else raises :class:`~densitas.UnsupportedQueryError` naming the construct.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import math
+from dataclasses import dataclass, field
+
+import sqlglot
+from sqlglot import exp
+
+from densitas.exceptions import InputError, UnsupportedQueryError
+
+__all__ = ["Aggregate", "Condition", "Query", "parse"]
+
+_AGGS = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg"}
+_CMP = {exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">=", exp.EQ: "="}
+_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "="}
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    func: str  # count | sum | avg
+    column: str | None  # None for COUNT(*)
+    alias: str
+
+
+@dataclass(frozen=True)
+class Condition:
+    """``column op value`` with op in <, <=, >, >=, =; or ``column IN values`` (op "in")."""
+
+    column: str
+    op: str
+    value: object
+    sql: str
+
+
+@dataclass(frozen=True)
+class Query:
+    sql: str
+    table: str
+    aggregates: tuple[Aggregate, ...]
+    conditions: tuple[Condition, ...]
+    group_by: tuple[str, ...]
+    order_by: tuple[tuple[str, bool], ...] = field(default=())  # (output column, descending)
+
+    @property
+    def columns(self) -> set[str]:
+        cols = {c.column for c in self.conditions} | set(self.group_by)
+        return cols | {a.column for a in self.aggregates if a.column is not None}
+
+
+def _name(col: exp.Column) -> str:
+    if col.table and not isinstance(col.this, exp.Identifier):
+        raise UnsupportedQueryError(f"column reference {col.sql()!r}")
+    return col.name
+
+
+def _literal(node: exp.Expression, where: str) -> object:
+    """A Python value from a literal: numbers, strings, DATE/TIMESTAMP '...' casts, negatives, NULL."""
+    if isinstance(node, exp.Paren):
+        return _literal(node.this, where)
+    if isinstance(node, exp.Neg):
+        v = _literal(node.this, where)
+        if isinstance(v, (int, float)):
+            return -v
+        raise UnsupportedQueryError(f"expression {node.sql()!r} in {where}")
+    if isinstance(node, exp.Literal):
+        if node.is_string:
+            return node.this
+        text = node.this
+        try:
+            return int(text)
+        except ValueError:
+            return float(text)
+    if isinstance(node, exp.Boolean):
+        return bool(node.this)
+    if isinstance(node, exp.Null):
+        return None
+    if isinstance(node, (exp.Cast, exp.TryCast)) and isinstance(node.this, exp.Literal) and node.this.is_string:
+        kind = node.to.this
+        text = node.this.this
+        try:
+            if kind == exp.DataType.Type.DATE:
+                return _dt.date.fromisoformat(text)
+            if kind in (exp.DataType.Type.TIMESTAMP, exp.DataType.Type.DATETIME):
+                return _dt.datetime.fromisoformat(text)
+        except ValueError:
+            raise InputError(f"{where}: {node.sql()!r} is not a valid {kind.value.lower()}.") from None
+    if isinstance(node, (exp.Cast, exp.TryCast)) and isinstance(node.this, exp.Literal):
+        return _literal(node.this, where)
+    raise UnsupportedQueryError(f"expression {node.sql()!r} in {where} (only literals may be compared with a "
+                                "column)")
+
+
+def _conditions(node: exp.Expression) -> list[Condition]:
+    if isinstance(node, exp.Paren):
+        return _conditions(node.this)
+    if isinstance(node, exp.And):
+        return _conditions(node.this) + _conditions(node.expression)
+    if isinstance(node, exp.Or):
+        raise UnsupportedQueryError(f"OR in WHERE ({node.sql()!r}); only conjunctions (AND) are supported")
+    if isinstance(node, exp.Not):
+        raise UnsupportedQueryError(f"NOT in WHERE ({node.sql()!r})")
+    text = node.sql(dialect="duckdb")
+    if isinstance(node, exp.Between):
+        if not isinstance(node.this, exp.Column):
+            raise UnsupportedQueryError(f"BETWEEN on an expression ({text!r})")
+        col = _name(node.this)
+        lo = _literal(node.args["low"], "WHERE")
+        hi = _literal(node.args["high"], "WHERE")
+        return [Condition(col, ">=", lo, text), Condition(col, "<=", hi, text)]
+    if isinstance(node, exp.In):
+        if not isinstance(node.this, exp.Column):
+            raise UnsupportedQueryError(f"IN on an expression ({text!r})")
+        if node.args.get("query") is not None:
+            raise UnsupportedQueryError(f"IN with a subquery ({text!r})")
+        values = tuple(_literal(v, "WHERE") for v in node.expressions)
+        return [Condition(_name(node.this), "in", values, text)]
+    for kind, op in _CMP.items():
+        if isinstance(node, kind):
+            left, right = node.this, node.expression
+            if isinstance(left, exp.Column) and not isinstance(right, exp.Column):
+                return [Condition(_name(left), op, _literal(right, "WHERE"), text)]
+            if isinstance(right, exp.Column) and not isinstance(left, exp.Column):
+                return [Condition(_name(right), _FLIP[op], _literal(left, "WHERE"), text)]
+            raise UnsupportedQueryError(f"comparison {text!r} (one side must be a column, the other a literal)")
+    if isinstance(node, exp.NEQ):
+        raise UnsupportedQueryError(f"<> / != in WHERE ({text!r})")
+    if isinstance(node, exp.Like):
+        raise UnsupportedQueryError(f"LIKE in WHERE ({text!r})")
+    if isinstance(node, exp.Is):
+        raise UnsupportedQueryError(f"IS [NOT] NULL in WHERE ({text!r})")
+    raise UnsupportedQueryError(f"predicate {text!r} in WHERE")
+
+
+def _default_alias(func: str, column: str | None) -> str:
+    return func if column is None else f"{func}_{column}"
+
+
+@functools.lru_cache(maxsize=4096)
+def parse(sql: str) -> Query:
+    """Parse ``sql`` (DuckDB dialect) into a :class:`Query`, or raise naming what is not supported."""
+    if not isinstance(sql, str) or not sql.strip():
+        raise InputError(f"sql must be a non-empty string, got {sql!r}.")
+    try:
+        statements = sqlglot.parse(sql, dialect="duckdb")
+    except sqlglot.errors.ParseError as exc:
+        raise InputError(f"sql does not parse: {exc}") from None
+    statements = [s for s in statements if s is not None]
+    if len(statements) != 1:
+        raise UnsupportedQueryError(f"{len(statements)} statements (give exactly one SELECT)")
+    tree = statements[0]
+    if not isinstance(tree, exp.Select):
+        raise UnsupportedQueryError(f"{tree.key.upper()} statement (only SELECT is supported)")
+    for arg, what in (("joins", "JOIN"), ("having", "HAVING"), ("limit", "LIMIT"), ("offset", "OFFSET"),
+                      ("distinct", "SELECT DISTINCT"), ("with_", "WITH"), ("with", "WITH"),
+                      ("qualify", "QUALIFY"), ("windows", "WINDOW")):
+        if tree.args.get(arg):
+            raise UnsupportedQueryError(what)
+    from_ = tree.args.get("from_") or tree.args.get("from")
+    if from_ is None:
+        raise UnsupportedQueryError("SELECT without FROM")
+    source = from_.this
+    if not isinstance(source, exp.Table) or not isinstance(source.this, exp.Identifier):
+        raise UnsupportedQueryError(f"FROM {source.sql()!r} (only one plain table is supported)")
+    if source.args.get("sample") or tree.args.get("sample"):
+        raise UnsupportedQueryError("TABLESAMPLE / USING SAMPLE")
+    table = source.name if not source.db else f"{source.db}.{source.name}"
+
+    group_by: list[str] = []
+    group = tree.args.get("group")
+    if group is not None:
+        for g in group.expressions:
+            if not isinstance(g, exp.Column):
+                raise UnsupportedQueryError(f"GROUP BY expression {g.sql()!r} (only columns)")
+            group_by.append(_name(g))
+
+    aggregates: list[Aggregate] = []
+    selected_groups: list[str] = []
+    for item in tree.expressions:
+        alias = None
+        node = item
+        if isinstance(item, exp.Alias):
+            alias, node = item.alias, item.this
+        if isinstance(node, exp.Column):
+            name = _name(node)
+            if name not in group_by:
+                raise UnsupportedQueryError(f"selected column {name!r} that is not in GROUP BY")
+            if alias is not None and alias != name:
+                raise UnsupportedQueryError(f"an alias on the GROUP BY column {name!r}")
+            selected_groups.append(name)
+            continue
+        if isinstance(node, exp.Star):
+            raise UnsupportedQueryError("SELECT * (select aggregates)")
+        func = next((f for k, f in _AGGS.items() if type(node) is k), None)
+        if func is None:
+            what = node.key.upper() if isinstance(node, exp.Func) else f"expression {node.sql()!r}"
+            raise UnsupportedQueryError(f"{what} in SELECT (supported: COUNT(*), COUNT(col), SUM(col), AVG(col))")
+        arg = node.this
+        if isinstance(arg, exp.Distinct):
+            raise UnsupportedQueryError(f"{func.upper()}(DISTINCT ...)")
+        if isinstance(arg, exp.Star) and func == "count":
+            column = None
+        elif isinstance(arg, exp.Column):
+            column = _name(arg)
+        else:
+            raise UnsupportedQueryError(f"{func.upper()} of the expression {arg.sql()!r} (only of a column)")
+        aggregates.append(Aggregate(func, column, alias or _default_alias(func, column)))
+    if not aggregates:
+        raise UnsupportedQueryError("a SELECT without aggregates (approximate answers are COUNT, SUM and AVG)")
+    names = [a.alias for a in aggregates] + list(group_by)
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise InputError(f"sql: output column {sorted(dup)[0]!r} appears twice; give the aggregates aliases.")
+
+    where = tree.args.get("where")
+    conditions = _conditions(where.this) if where is not None else []
+    for c in conditions:
+        if c.value is None or (c.op == "in" and any(v is None for v in c.value)):
+            # x = NULL, x < NULL are never true in SQL: refuse rather than silently answer 0
+            raise UnsupportedQueryError(f"comparison with NULL ({c.sql!r}) is never true; use IS NULL semantics "
+                                        "explicitly in the database")
+        if isinstance(c.value, float) and not math.isfinite(c.value):
+            raise InputError(f"WHERE {c.sql!r}: the literal {c.value!r} is not finite.")
+
+    order: list[tuple[str, bool]] = []
+    order_node = tree.args.get("order")
+    if order_node is not None:
+        for o in order_node.expressions:
+            target = o.this
+            if not isinstance(target, exp.Column) or _name(target) not in names:
+                raise UnsupportedQueryError(f"ORDER BY {target.sql()!r} (only output columns)")
+            order.append((_name(target), bool(o.args.get("desc"))))
+    return Query(sql=sql, table=table, aggregates=tuple(aggregates), conditions=tuple(conditions),
+                 group_by=tuple(group_by), order_by=tuple(order))
