@@ -79,7 +79,7 @@ def fingerprint_sql(table: str, columns: Sequence[str]) -> str:
 
 
 def _grid_cell_bytes(dims: int, n_values: int) -> int:
-    return 2 + 4 + 4 * dims + 8 * n_values
+    return 2 + 2 + 2 * dims + 4 + 8 * (n_values - 1)
 
 
 def _allocate(infos: list[ColumnInfo], n_groups: int, n_rows: int, n_values: int, opts: BuildOptions,
@@ -250,8 +250,10 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
         sel = [f"{info.expr} AS v{j}" for j, info in enumerate(infos)]
         sel += [quote(g) for g in group_by]
         joins, bins_sel = [], []
-        for j in range(len(infos)):
-            joins.append(f"ASOF LEFT JOIN (SELECT bin, lo FROM {edges_t} WHERE col = {j}) e{j} ON s.v{j} >= e{j}.lo")
+        for j, info in enumerate(infos):
+            # discrete columns: an equality (hash) join on the value; others: ASOF JOIN on the lower edge
+            kind, op = ("LEFT JOIN", "=") if info.discrete else ("ASOF LEFT JOIN", ">=")
+            joins.append(f"{kind} (SELECT bin, lo FROM {edges_t} WHERE col = {j}) e{j} ON s.v{j} {op} e{j}.lo")
             bins_sel.append(f"coalesce(e{j}.bin, 0) AS b{j}")
         gjoin = ""
         gid = "0"
@@ -264,9 +266,9 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
                     f"FROM (SELECT {', '.join(sel)} FROM {src}) s {gjoin} {' '.join(joins)}")
 
         # 5. grids: totals (grid 0), then every column set up to max_dims
-        value_cols = ["n BIGINT"] + [f"s{j} DOUBLE" for j in numeric] + [f"nn{j} BIGINT" for j in nullable]
+        value_cols = ["n INTEGER"] + [f"s{j} DOUBLE" for j in numeric] + [f"nn{j} INTEGER" for j in nullable]
         value_sql = ["count(*)"] + [f"sum(v{j})" for j in numeric] + [f"count(v{j})" for j in nullable]
-        con.execute(f"CREATE TABLE {cells_t} (grid SMALLINT, gid INTEGER, c0 INTEGER, c1 INTEGER, c2 INTEGER, "
+        con.execute(f"CREATE TABLE {cells_t} (grid SMALLINT, gid SMALLINT, c0 SMALLINT, c1 SMALLINT, c2 SMALLINT, "
                     f"{', '.join(value_cols)})")
         grid_list: list[dict] = [{"id": 0, "cols": [], "res": []}]
         con.execute(f"INSERT INTO {cells_t} SELECT 0, gid, NULL, NULL, NULL, {', '.join(value_sql)} "

@@ -170,7 +170,9 @@ class Engine:
         df = out.copy()
         for r in results:
             val, sd = np.asarray(r["value"], dtype=np.float64), np.sqrt(np.maximum(r["var"], 0.0))
-            low, high = val - z * sd, val + z * sd
+            # plus float rounding of the stored sums (the database sums decimals exactly)
+            half = z * sd + 1e-9 * np.abs(val)
+            low, high = val - half, val + half
             if r["func"] == "count":
                 val, low, high = np.maximum(val, 0.0), np.maximum(low, 0.0), np.maximum(high, 0.0)
             else:  # SUM/AVG over no rows is NULL

@@ -1,4 +1,4 @@
-"""``densitas`` command line: ``densitas demo``, ``densitas bandwidth``, ``densitas info``."""
+"""``densitas`` command line: demo (the AQP main job), build, query, bench aqp, bandwidth, info, demo-primitives."""
 
 from __future__ import annotations
 
@@ -10,8 +10,32 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="densitas: fast big-table exploration on GPUs and multicore CPUs.")
 
 
+def _fail(exc: Exception) -> None:
+    typer.echo(f"error: {exc}", err=True)
+    raise typer.Exit(code=2) from None
+
+
 @app.command()
 def demo(
+    db: str = typer.Option("densitas-demo.duckdb", "--db", help="DuckDB file to create (or reuse)."),
+    scale: float = typer.Option(1.0, "--scale", help="TPC-H scale factor (1 = 6 million lineitem rows)."),
+    queries: int = typer.Option(100, "--queries", min=1, help="Queries of the seeded workload."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the workload."),
+    rebuild: bool = typer.Option(False, "--rebuild", help="Regenerate the data and rebuild the synopsis."),
+) -> None:
+    """The main job: TPC-H lineitem into an embedded DuckDB file, synopses, a workload answered approximately
+    and exactly, with errors, interval coverage and speedups."""
+    from densitas.cli import aqp
+    from densitas.exceptions import DensitasError
+
+    try:
+        aqp.demo(db, scale, queries, seed, rebuild)
+    except (DensitasError, ValueError) as exc:
+        _fail(exc)
+
+
+@app.command("demo-primitives")
+def demo_primitives(
     size: int = typer.Option(10_000_000, "--size", min=1, help="Elements of generated data."),
     device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
     seed: int = typer.Option(0, "--seed", help="Seed of the generated data."),
@@ -19,6 +43,66 @@ def demo(
     """Run every parallel primitive on generated data, check it against NumPy and time both."""
     ok = demo_mod.run(size=size, device=device, seed=seed)
     raise typer.Exit(code=0 if ok else 1)
+
+
+@app.command()
+def build(
+    db: str = typer.Option(..., "--db", help="DuckDB database file."),
+    table: str = typer.Option(..., "--table", help="Table to summarise."),
+    columns: str = typer.Option(None, "--columns", help="Comma-separated numeric/date columns (default: all)."),
+    group_by: str = typer.Option(None, "--group-by", help="Comma-separated categorical GROUP BY columns."),
+    budget: float = typer.Option(0.01, "--budget", help="Synopsis size as a fraction of the table's storage."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the synopsis sample."),
+) -> None:
+    """Build (or atomically replace) the synopsis of a table, stored in the database's densitas schema."""
+    from densitas.cli import aqp
+    from densitas.exceptions import DensitasError
+
+    try:
+        aqp.build(db, table, columns, group_by, budget_fraction=budget, seed=seed)
+    except (DensitasError, ValueError) as exc:
+        _fail(exc)
+
+
+@app.command()
+def query(
+    sql: str = typer.Argument(..., help="SELECT COUNT/SUM/AVG ... FROM table WHERE ... [GROUP BY ...]"),
+    db: str = typer.Option(..., "--db", help="DuckDB database file."),
+    exact: bool = typer.Option(False, "--exact", help="Run the query exactly in the database."),
+    confidence: float = typer.Option(0.95, "--confidence", help="Confidence of the intervals."),
+    fallback: str = typer.Option("error", "--fallback", help="error, or exact: run unsupported queries exactly."),
+    method: str = typer.Option("grid", "--method", help="grid (default) or kde."),
+) -> None:
+    """Answer a query from the table's synopsis, with confidence intervals."""
+    from densitas.cli import aqp
+    from densitas.exceptions import DensitasError
+
+    try:
+        aqp.query(db, sql, exact, confidence, fallback, method)
+    except (DensitasError, ValueError) as exc:
+        _fail(exc)
+
+
+bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks against exact answers.")
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command("aqp")
+def bench_aqp(
+    db: str = typer.Option(..., "--db", help="DuckDB database file."),
+    table: str = typer.Option(..., "--table", help="Table with a synopsis."),
+    queries: int = typer.Option(500, "--queries", min=1, help="Queries of the seeded workload."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the workload."),
+    method: str = typer.Option("grid", "--method", help="grid (default) or kde."),
+) -> None:
+    """Run the seeded workload approximately and exactly; print errors, coverage, latency and speedup."""
+    from densitas.cli import aqp
+    from densitas.exceptions import DensitasError
+
+    try:
+        aqp.bench(db, table, queries, seed, method)
+    except (DensitasError, ValueError) as exc:
+        _fail(exc)
 
 
 @app.command("bandwidth")
