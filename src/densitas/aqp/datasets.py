@@ -55,7 +55,8 @@ def synthetic(con: Connector, rows: int = 1_000_000, seed: int = 0, table: str =
     s = int(seed)
 
     def u(k: int) -> str:  # uniform (0, 1) from the row number
-        return f"((hash(i, {s}, {k}) >> 11)::DOUBLE + 0.5) / 9007199254740992.0"
+        # one-argument hash of a mixed integer: DuckDB's multi-argument hash(i, a) and hash(i, b) are correlated
+        return f"((hash(i * 1000003 + {k * 7919 + s * 104729}) >> 11)::DOUBLE + 0.5) / 9007199254740992.0"
 
     def z(k: int) -> str:  # standard normal, Box–Muller
         return f"(sqrt(-2 * ln({u(k)})) * cos(2 * pi() * {u(k + 100)}))"

@@ -183,7 +183,7 @@ class Synopsis:
                 raise UnsupportedQueryError(f"{a.func.upper()} of the {info.kind} column {a.column!r}")
             nn = self._count_key(a.column)
             needs += [nn] if a.func == "count" else [("s", j), nn]
-        keys = list(dict.fromkeys(needs))
+        keys = list(dict.fromkeys([("n", None), *needs]))  # row counts always: empty groups are dropped
         est, var_fn = (self._grid if method == "grid" else self._kde)(cols, box, keys)
 
         # output groups
@@ -219,6 +219,14 @@ class Synopsis:
                 v = np.array([var_fn(gids[codes == o], [ks, kn], [1.0, -avg[o]]).sum() / cnt[o] ** 2
                               for o in range(m)])
             results.append({"alias": a.alias, "func": "avg", "value": avg, "var": v, "count": cnt})
+        if q.group_by:  # SQL has no row for a group without matching rows: drop groups surely empty
+            rows = np.bincount(codes, est[gids, 0], minlength=m)
+            rvar = np.bincount(codes, var_fn(gids, [0], [1.0]), minlength=m)
+            keep = (rows >= 0.5) | (rvar > 0)
+            out = out[keep].reset_index(drop=True)
+            for r in results:
+                for k in ("value", "var", "count"):
+                    r[k] = np.asarray(r[k])[keep]
         return out, results
 
     def _grid(self, cols, box, keys):
@@ -295,7 +303,7 @@ class Synopsis:
     def _model_var(self, grid: Grid, fr: list[np.ndarray], vidx: list[int]) -> np.ndarray:
         """Σ_k f_k(1 − f_k)·Y_k²/C_k per group and value: the Bernoulli variance of membership in cut cells."""
         G = len(self.N)
-        f = np.ones((G,) + tuple(r + 1 for r in grid.res))
+        f = np.ones((G, *tuple(r + 1 for r in grid.res)))
         for d, fd in enumerate(fr):
             shape = [G] + [1] * len(grid.res)
             shape[1 + d] = -1
@@ -426,7 +434,7 @@ def load(con: Connector, table: str) -> Synopsis:
     for g in json.loads(meta["grids"]):
         cols, res = tuple(g["cols"]), tuple(g["res"])
         sel = grid_ids == g["id"]
-        vals = np.zeros((G,) + tuple(r + 1 for r in res) + (len(value_names),))
+        vals = np.zeros((G, *tuple(r + 1 for r in res), len(value_names)))
         idx = [gid[sel]] + [np.asarray(cells[f"c{d}"])[sel].astype(np.int64) for d in range(len(cols))]
         np.add.at(vals, tuple(idx), V[sel])
         maps = []

@@ -117,7 +117,7 @@ def demo(db: str, scale: float, queries: int, seed: int, rebuild: bool) -> pd.Da
             try:
                 eng.validate("lineitem")
                 build_needed = False
-            except Exception:  # noqa: BLE001 - stale or unreadable: rebuild
+            except Exception:
                 build_needed = True
     finally:
         eng.close()

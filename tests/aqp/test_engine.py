@@ -1,0 +1,210 @@
+"""End-to-end checks of the approximate engine against exact DuckDB answers and independent integrals."""
+
+from __future__ import annotations
+
+import threading
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import integrate, stats
+
+from densitas.aqp import Engine, StaleSynopsisError
+from densitas.aqp import build as build_mod
+from densitas.aqp.workload import generate, run
+from densitas.exceptions import InputError, UnsupportedQueryError
+
+
+def _exact(eng, sql, col):
+    return float(eng.exact(sql)[col].iloc[0])
+
+
+def test_full_sample_makes_the_grid_estimator_exact(mem_engine):
+    """With the whole table as the sample, the correction term recovers every row: answers equal DuckDB's."""
+    con = mem_engine.con
+    con.execute("CREATE TABLE t AS SELECT (hash(i, 1) % 1000)::DOUBLE / 7 AS x, (hash(i, 2) % 97)::INTEGER AS k, "
+                "exp((hash(i, 3) % 1000)::DOUBLE / 300) AS y FROM range(3000) r(i)")
+    mem_engine.build("t", sample_size=3000, max_bins=64)
+    for sql in ["SELECT COUNT(*) AS v FROM t WHERE x BETWEEN 10.5 AND 77.7",
+                "SELECT SUM(y) AS v FROM t WHERE x > 3.3 AND k <= 40",
+                "SELECT AVG(y) AS v FROM t WHERE x < 100 AND k >= 12 AND y > 2.5"]:
+        a = float(mem_engine.query(sql)["v"].iloc[0])
+        assert a == pytest.approx(_exact(mem_engine, sql, "v"), rel=1e-9)
+
+
+def test_workload_accuracy_and_coverage(syn_db):
+    qs = generate(syn_db, "synthetic", 40, seed=11)
+    res = run(syn_db, qs, reps=1)
+    err = res["rel_err"].dropna()
+    assert err.median() < 0.1  # 30,000 rows and a 400 kB synopsis: a few per cent
+    assert 0.8 <= res["covered"].mean()
+
+
+def test_discrete_column_between_is_exact(mem_engine):
+    con = mem_engine.con
+    con.execute("CREATE TABLE t AS SELECT 1 + (hash(i) % 50)::INTEGER AS q, (hash(i, 9) % 10000)::DOUBLE AS p "
+                "FROM range(20000) r(i)")
+    mem_engine.build("t", sample_size=200)
+    for sql in ["SELECT COUNT(*) AS v FROM t WHERE q BETWEEN 10 AND 20",
+                "SELECT SUM(p) AS v FROM t WHERE q > 10 AND q < 20",
+                "SELECT AVG(p) AS v FROM t WHERE q = 17",
+                "SELECT COUNT(*) AS v FROM t WHERE q IN (3, 5, 8)"]:
+        df = mem_engine.query(sql)
+        e = _exact(mem_engine, sql, "v")
+        assert float(df["v"].iloc[0]) == pytest.approx(e, rel=1e-9)
+        assert df["v_ci_low"].iloc[0] <= e <= df["v_ci_high"].iloc[0]
+
+
+def test_bounded_columns_do_not_leak(mem_engine):
+    con = mem_engine.con
+    con.execute("CREATE TABLE t AS SELECT ((hash(i) % 1000000)::DOUBLE / 1e6) ** 3 AS u FROM range(20000) r(i)")
+    mem_engine.build("t", sample_size=2000)
+    lo, hi = con.fetch_rows("SELECT min(u), max(u) FROM t")[0]
+    for method in ("grid", "kde"):
+        all_rows = mem_engine.query(f"SELECT COUNT(*) AS v FROM t WHERE u >= {lo!r}", method=method)["v"].iloc[0]
+        assert all_rows == pytest.approx(20000, rel=1e-9)
+        below = mem_engine.query(f"SELECT COUNT(*) AS v FROM t WHERE u < {lo!r}", method=method)["v"].iloc[0]
+        assert below < 1e-6
+        above = mem_engine.query(f"SELECT COUNT(*) AS v FROM t WHERE u > {hi!r}", method=method)["v"].iloc[0]
+        assert above < 1e-6  # float rounding of a millionth of a row at most
+
+
+def test_kde_box_mass_matches_numerical_integration(mem_engine):
+    """The KDE estimator's closed form equals quadrature of the truncated Gaussian kernels of the sample."""
+    con = mem_engine.con
+    con.execute("CREATE TABLE t AS SELECT 5 + (hash(i) % 100000)::DOUBLE / 1e4 AS x FROM range(500) r(i)")
+    mem_engine.build("t", sample_size=500, max_bins=16)  # continuous bins, so the KDE smooths this column
+    syn = mem_engine._load("t")
+    assert not syn.infos[0].discrete and syn.bandwidths[0] > 0
+    x = syn.s_vals[:, 0]
+    h = syn.bandwidths[0]
+    lo_b, hi_b = syn.infos[0].lo, syn.infos[0].top
+    a, b = 7.25, 11.0
+
+    def dens(t):
+        k = stats.norm.pdf((t - x) / h) / h
+        norm = stats.norm.cdf((hi_b - x) / h) - stats.norm.cdf((lo_b - x) / h)
+        return float(np.sum(k / norm)) / len(x) * 500
+
+    want = integrate.quad(dens, a, b, limit=200)[0]
+    got = mem_engine.query(f"SELECT COUNT(*) AS v FROM t WHERE x BETWEEN {a} AND {b}", method="kde")["v"].iloc[0]
+    assert got == pytest.approx(want, rel=1e-6)
+
+
+def test_nulls_follow_sql(mem_engine):
+    con = mem_engine.con
+    con.execute("CREATE TABLE t AS SELECT (i % 20)::INTEGER AS k, CASE WHEN i % 7 = 0 THEN NULL ELSE "
+                "(i % 13)::DOUBLE END AS y, CASE WHEN i % 5 = 0 THEN NULL ELSE 'ab'[1 + i % 2] END AS g "
+                "FROM range(5000) r(i)")
+    mem_engine.build("t", group_by=["g"], sample_size=5000)
+    sql = ("SELECT g, COUNT(*) AS n, COUNT(y) AS ny, SUM(y) AS s, AVG(y) AS a FROM t WHERE k BETWEEN 3 AND 11 "
+           "AND y >= 2 GROUP BY g")
+    apx, ex = mem_engine.query(sql), mem_engine.exact(sql)
+    assert apx["g"].isna().sum() == 1  # the NULL group is a group
+    for c in ("n", "ny", "s", "a"):
+        np.testing.assert_allclose(apx[c].to_numpy(), ex[c].to_numpy(), rtol=1e-9)
+
+
+def test_dates_timestamps_and_groups(syn_db):
+    for sql in ["SELECT region, COUNT(*) AS v FROM synthetic WHERE day >= DATE '2022-03-01' AND "
+                "day < '2023-01-01' GROUP BY region",
+                "SELECT AVG(amount) AS v FROM synthetic WHERE region IN ('north', 'east') AND price > 100"]:
+        apx, ex = syn_db.query(sql), syn_db.exact(sql)
+        np.testing.assert_allclose(apx["v"].to_numpy(), ex["v"].to_numpy(), rtol=0.1)
+        if "region" in apx:
+            assert list(apx["region"]) == list(ex["region"])
+
+
+def test_unsupported_and_unknown_names(syn_db):
+    with pytest.raises(UnsupportedQueryError, match="channel"):
+        syn_db.query("SELECT COUNT(*) FROM synthetic WHERE channel = 'web'")
+    with pytest.raises(InputError, match="nope"):
+        syn_db.query("SELECT COUNT(*) FROM nope")
+    with pytest.raises(UnsupportedQueryError, match="OR"):
+        syn_db.query("SELECT COUNT(*) FROM synthetic WHERE price < 1 OR price > 2")
+    with pytest.raises(UnsupportedQueryError, match="SUM of the date"):
+        syn_db.query("SELECT SUM(day) FROM synthetic")
+    with pytest.raises(InputError, match="confidence"):
+        syn_db.query("SELECT COUNT(*) FROM synthetic", confidence=1.5)
+    df = syn_db.query("SELECT COUNT(*) AS n FROM synthetic WHERE price < 90 OR channel = 'web'", fallback="exact")
+    assert df.attrs["method"] == "exact" and "OR" in df.attrs["reason"]
+    assert df["n"].iloc[0] == syn_db.con.fetch_rows(
+        "SELECT count(*) FROM synthetic WHERE price < 90 OR channel = 'web'")[0][0]
+
+
+def test_stale_synopsis_is_detected(tmp_path):
+    path = str(tmp_path / "s.duckdb")
+    eng = Engine(path)
+    eng.con.execute("CREATE TABLE t AS SELECT i::DOUBLE AS x FROM range(1000) r(i)")
+    eng.build("t")
+    eng.con.execute("UPDATE t SET x = x + 1000 WHERE x = 5")  # same row count, different content
+    eng.close()
+    fresh = Engine(path)
+    with pytest.raises(StaleSynopsisError, match="content changed"):
+        fresh.query("SELECT COUNT(*) FROM t WHERE x < 10")
+    assert fresh.query("SELECT COUNT(*) AS n FROM t WHERE x < 10", fallback="exact")["n"].iloc[0] == 9
+    fresh.con.execute("INSERT INTO t VALUES (1.5)")
+    with pytest.raises(StaleSynopsisError, match="1001 rows"):
+        fresh.validate("t")
+    fresh.close()
+
+
+def test_failed_build_keeps_previous_synopsis(mem_engine, monkeypatch):
+    con = mem_engine.con
+    con.execute("CREATE TABLE t AS SELECT (hash(i) % 1000)::DOUBLE AS x FROM range(5000) r(i)")
+    mem_engine.build("t")
+    sql = "SELECT COUNT(*) AS v FROM t WHERE x < 123.4"
+    before = mem_engine.query(sql)
+    tables_before = set(con.fetch_rows("SELECT table_name FROM duckdb_tables() WHERE schema_name = 'densitas'"))
+
+    def boom(meta):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(build_mod, "_before_swap", boom)
+    with pytest.raises(RuntimeError, match="disk full"):
+        mem_engine.build("t", seed=7)
+    assert set(con.fetch_rows("SELECT table_name FROM duckdb_tables() WHERE schema_name = 'densitas'")) == \
+        tables_before
+    pd.testing.assert_frame_equal(mem_engine.query(sql), before)
+    monkeypatch.undo()
+    mem_engine.build("t", seed=7)  # a good rebuild replaces it and removes the old tables
+    after = set(con.fetch_rows("SELECT table_name FROM duckdb_tables() WHERE schema_name = 'densitas'"))
+    assert len(after) == len(tables_before) and after != tables_before
+
+
+def test_threads_give_the_same_answers(syn_db):
+    sqls = [f"SELECT region, SUM(amount) AS v FROM synthetic WHERE price > {90 + i} GROUP BY region"
+            for i in range(12)]
+    serial = [syn_db.query(s) for s in sqls]
+    out: dict[int, list] = {}
+
+    def work(t):
+        out[t] = [syn_db.query(s) for s in sqls]
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    for t in range(4):
+        for a, b in zip(out[t], serial, strict=True):
+            pd.testing.assert_frame_equal(a, b)
+
+
+def test_bad_build_input(mem_engine):
+    con = mem_engine.con
+    con.execute("CREATE TABLE t AS SELECT i::DOUBLE AS x, 'a' AS s, NULL::DOUBLE AS z FROM range(100) r(i)")
+    with pytest.raises(InputError, match="'nope'"):
+        mem_engine.build("t", ["nope"])
+    with pytest.raises(InputError, match="VARCHAR"):
+        mem_engine.build("t", ["s"])
+    with pytest.raises(InputError, match="entirely NULL"):
+        mem_engine.build("t", ["x", "z"])
+    with pytest.raises(InputError, match="budget_bytes"):
+        mem_engine.build("t", ["x"], budget_bytes=-1)
+    with pytest.raises(InputError, match="unknown build option"):
+        mem_engine.build("t", ["x"], bogus=1)
+    with pytest.raises(InputError, match="no synopsis"):
+        mem_engine.query("SELECT COUNT(*) FROM t")
+    assert isinstance(duckdb.__version__, str)
