@@ -292,7 +292,8 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
         con.execute("CREATE TEMP TABLE _densitas_quota AS SELECT unnest(range(?)) AS gid, unnest(?::BIGINT[]) AS q",
                     [len(quota), quota.tolist()])
         con.execute(f"CREATE TABLE {sample_t} AS SELECT gid, {vals.replace('s.', '')} FROM ("
-                    f"SELECT b.*, row_number() OVER (PARTITION BY b.gid ORDER BY hash(xor(hash(b.rowid), {int(opts.seed) * 7919 + 1}::UBIGINT))) "
+                    f"SELECT b.*, row_number() OVER (PARTITION BY b.gid ORDER BY "
+                    f"hash(xor(hash(b.rowid), {int(opts.seed) * 7919 + 1}::UBIGINT))) "
                     f"AS rn FROM _densitas_binned b) t JOIN _densitas_quota USING (gid) WHERE rn <= q "
                     "ORDER BY gid, rn")
         con.execute("DROP TABLE _densitas_binned")

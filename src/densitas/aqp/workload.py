@@ -58,7 +58,7 @@ def generate(engine: Engine, table: str, n_queries: int, *, seed: int = 0, max_c
     numeric = [i for i, info in enumerate(infos) if info.numeric]
     n_rows = float(syn.N.sum())
     cdfs = []
-    for j, info in enumerate(infos):
+    for j in range(len(infos)):
         c = syn.fine[j].sum(axis=0)[1:]
         cdfs.append(np.concatenate([[0.0], np.cumsum(c) / max(c.sum(), 1)]))
     out: list[WorkloadQuery] = []
