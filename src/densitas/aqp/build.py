@@ -336,7 +336,7 @@ def _bandwidths(con: Connector, sample_t: str, infos: list[ColumnInfo], method: 
 
     out = []
     for j, info in enumerate(infos):
-        v = np.asarray([r[0] for r in con.fetch_rows(f"SELECT v{j} FROM {sample_t} WHERE v{j} IS NOT NULL")],
+        v = np.asarray(con.fetch_numpy(f"SELECT v{j} AS v FROM {sample_t} WHERE v{j} IS NOT NULL")["v"],
                        dtype=np.float64)
         if info.discrete or len(v) < 2 or np.ptp(v) == 0:
             out.append(0.0)

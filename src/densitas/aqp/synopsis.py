@@ -273,14 +273,20 @@ class Synopsis:
         # variance floor for groups with few rows in cut cells: the Bernoulli variance of the model itself
         cut = (q > 0) & (q < 1)
         cut_n = np.bincount(self.s_gid, cut.astype(np.float64), minlength=G)
-        model_var = self._model_var(grid, fr, vidx)
-        # E[y²]/E[y]² per group from the sample: the within-cell spread the cell means do not show
-        sy = np.zeros((G, len(keys)))
-        sy2 = np.zeros((G, len(keys)))
-        np.add.at(sy, self.s_gid, y)
-        np.add.at(sy2, self.s_gid, y * y)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            y2_ratio = np.nan_to_num(sy2 * np.maximum(self.n, 1)[:, None] / sy**2, nan=1.0, posinf=1.0)
+        floor: dict[str, np.ndarray] = {}
+
+        def variance_floor() -> np.ndarray:
+            """Model variance × E[y²]/E[y]² (the within-cell spread cell means miss); only computed when a
+            group has too few sample rows in cut cells, so off the common path."""
+            if not floor:
+                sy = np.zeros((G, len(keys)))
+                sy2 = np.zeros((G, len(keys)))
+                np.add.at(sy, self.s_gid, y)
+                np.add.at(sy2, self.s_gid, y * y)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    ratio = np.nan_to_num(sy2 * np.maximum(self.n, 1)[:, None] / sy**2, nan=1.0, posinf=1.0)
+                floor["v"] = self._model_var(grid, fr, vidx) * ratio
+            return floor["v"]
 
         def var_fn(gids, ks, ws):
             out = np.zeros(len(gids))
@@ -293,7 +299,8 @@ class Synopsis:
                 fpc = max(0.0, 1.0 - n_g / self.N[g])
                 s2 = u.var(ddof=1)
                 if cut_n[g] < 30:  # too few sample rows in cut cells to trust s2 alone
-                    mv = sum(w * w * model_var[g, k] * y2_ratio[g, k] for k, w in zip(ks, ws, strict=True))
+                    fl = variance_floor()
+                    mv = sum(w * w * fl[g, k] for k, w in zip(ks, ws, strict=True))
                     s2 = max(s2, mv / self.N[g])
                 out[t] = self.N[g] ** 2 * s2 / n_g * fpc
             return out

@@ -10,9 +10,16 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="densitas: fast big-table exploration on GPUs and multicore CPUs.")
 
 
-def _fail(exc: Exception) -> None:
-    typer.echo(f"error: {exc}", err=True)
-    raise typer.Exit(code=2) from None
+def _aqp(action: str, *args: object, **kwargs: object) -> None:
+    """Run ``densitas.cli.aqp.<action>``; densitas and value errors become one line and exit code 2."""
+    from densitas.cli import aqp
+    from densitas.exceptions import DensitasError
+
+    try:
+        getattr(aqp, action)(*args, **kwargs)
+    except (DensitasError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(code=2) from None
 
 
 @app.command()
@@ -25,13 +32,7 @@ def demo(
 ) -> None:
     """The main job: TPC-H lineitem into an embedded DuckDB file, synopses, a workload answered approximately
     and exactly, with errors, interval coverage and speedups."""
-    from densitas.cli import aqp
-    from densitas.exceptions import DensitasError
-
-    try:
-        aqp.demo(db, scale, queries, seed, rebuild)
-    except (DensitasError, ValueError) as exc:
-        _fail(exc)
+    _aqp("demo", db, scale, queries, seed, rebuild)
 
 
 @app.command("demo-primitives")
@@ -55,13 +56,7 @@ def build(
     seed: int = typer.Option(0, "--seed", help="Seed of the synopsis sample."),
 ) -> None:
     """Build (or atomically replace) the synopsis of a table, stored in the database's densitas schema."""
-    from densitas.cli import aqp
-    from densitas.exceptions import DensitasError
-
-    try:
-        aqp.build(db, table, columns, group_by, budget_fraction=budget, seed=seed)
-    except (DensitasError, ValueError) as exc:
-        _fail(exc)
+    _aqp("build", db, table, columns, group_by, budget_fraction=budget, seed=seed)
 
 
 @app.command()
@@ -74,13 +69,7 @@ def query(
     method: str = typer.Option("grid", "--method", help="grid (default) or kde."),
 ) -> None:
     """Answer a query from the table's synopsis, with confidence intervals."""
-    from densitas.cli import aqp
-    from densitas.exceptions import DensitasError
-
-    try:
-        aqp.query(db, sql, exact, confidence, fallback, method)
-    except (DensitasError, ValueError) as exc:
-        _fail(exc)
+    _aqp("query", db, sql, exact, confidence, fallback, method)
 
 
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks against exact answers.")
@@ -96,13 +85,7 @@ def bench_aqp(
     method: str = typer.Option("grid", "--method", help="grid (default) or kde."),
 ) -> None:
     """Run the seeded workload approximately and exactly; print errors, coverage, latency and speedup."""
-    from densitas.cli import aqp
-    from densitas.exceptions import DensitasError
-
-    try:
-        aqp.bench(db, table, queries, seed, method)
-    except (DensitasError, ValueError) as exc:
-        _fail(exc)
+    _aqp("bench", db, table, queries, seed, method)
 
 
 @app.command("bandwidth")
