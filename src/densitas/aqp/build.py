@@ -3,12 +3,16 @@
 A synopsis of a table over numeric/date columns ``C`` and categorical GROUP BY columns ``G`` holds, for each
 combination of ``G`` values present (a *group*):
 
-* the exact row count, and per numeric column the exact sum and non-NULL count;
-* for every set of one, two and three columns of ``C``, a grid of exact cell counts, sums and non-NULL counts
-  (bins adapt to the data: the distinct values of a discrete column, quantile bins otherwise; resolutions are
-  chosen to fit a byte budget, by default 1% of the table's storage);
-* a seeded, stratified random sample of rows, which corrects the grids' within-cell error and gives the
-  confidence intervals (see :mod:`densitas.aqp.estimate`).
+* the exact row count;
+* per column, a fine one-dimensional histogram: exact row count and sum per bin (bin 0 holds the NULLs; the
+  bins are the distinct values of a discrete column, quantile bins otherwise);
+* for every *dependent* pair of columns, a two-dimensional grid of exact cell counts. Dependence is measured
+  at build time on a 16 × 16 probe grid of every pair (the total-variation distance between the pair's joint
+  histogram and the product of its marginals, less what sampling noise alone gives); the pairs that carry it
+  get grids, the most dependent ones the finest, sparse, within the byte budget (by default 1% of the table's
+  storage). Independent pairs cost nothing;
+* a seeded, stratified random sample of rows, which checks the model for bias on every query and feeds the
+  KDE estimator (see :mod:`densitas.aqp.synopsis`).
 
 Everything is written to the ``densitas`` schema of the same database inside one transaction: a build that
 fails leaves the previous synopsis of the table untouched and usable.
@@ -25,6 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from densitas.aqp.columns import ColumnInfo, classify
 from densitas.aqp.connector import Connector, quote, table_ref
@@ -33,7 +38,8 @@ from densitas.exceptions import InputError
 __all__ = ["BuildOptions", "build", "ensure_schema", "fingerprint_sql"]
 
 SCHEMA = "densitas"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+KINDS = ("marg", "sums", "pairs", "sample", "edges", "groups")
 
 
 @dataclass
@@ -42,12 +48,14 @@ class BuildOptions:
     budget_fraction: float = 0.01
     min_budget_bytes: int = 256 * 1024
     max_bins: int = 4096  # most bins of a column (its distinct values when it has no more)
-    max_dims: int = 3  # largest column set with its own grid
+    max_pair_res: int = 256  # finest resolution of a pair grid, per dimension
+    min_dependence: float = 0.002  # pairs whose probe dependence score is lower get no grid
     sample_size: int | None = None  # None: from the budget
     max_groups: int = 1000
     seed: int = 0
     bandwidth: str = "plugin"  # densitas.kde method for the KDE estimator's per-column bandwidths
-    shares: tuple[float, float, float, float] = (0.30, 0.30, 0.25, 0.15)  # sample, 1-D, 2-D, 3-D budget shares
+    # budget shares: sample, 1-D histograms, sum grids, pair grids (what the others leave goes to the sample)
+    shares: tuple[float, float, float, float] = (0.15, 0.30, 0.20, 0.35)
 
     def check(self) -> None:
         if self.budget_bytes is not None and (not isinstance(self.budget_bytes, int) or self.budget_bytes <= 0):
@@ -56,8 +64,13 @@ class BuildOptions:
             raise InputError(f"budget_fraction must be in (0, 1], got {self.budget_fraction!r}.")
         if not isinstance(self.max_bins, int) or not 2 <= self.max_bins <= 65536:
             raise InputError(f"max_bins must be an integer in [2, 65536], got {self.max_bins!r}.")
-        if self.max_dims not in (1, 2, 3):
-            raise InputError(f"max_dims must be 1, 2 or 3, got {self.max_dims!r}.")
+        if not isinstance(self.max_pair_res, int) or not 2 <= self.max_pair_res <= 4096:
+            raise InputError(f"max_pair_res must be an integer in [2, 4096], got {self.max_pair_res!r}.")
+        if not 0 <= self.min_dependence < 1:
+            raise InputError(f"min_dependence must be in [0, 1), got {self.min_dependence!r}.")
+        if (len(self.shares) != 4 or any(not 0 <= x <= 1 for x in self.shares)
+                or not 0.99 <= sum(self.shares) <= 1.01):
+            raise InputError(f"shares must be four fractions summing to 1, got {self.shares!r}.")
         if self.sample_size is not None and (not isinstance(self.sample_size, int) or self.sample_size < 10):
             raise InputError(f"sample_size must be an integer >= 10, got {self.sample_size!r}.")
         if not isinstance(self.max_groups, int) or self.max_groups < 1:
@@ -78,58 +91,60 @@ def fingerprint_sql(table: str, columns: Sequence[str]) -> str:
     return f"SELECT count(*), bit_xor(hash({cols})) FROM {table_ref(table)}"
 
 
-def _grid_cell_bytes(dims: int, n_values: int) -> int:
-    return 2 + 2 + 2 * dims + 4 + 8 * (n_values - 1)
+MARG_CELL_BYTES = 2 + 2 + 2 + 4 + 8  # col, gid, bin, n, s
+PAIR_CELL_BYTES = 2 + 2 + 2 + 2 + 4  # pair, gid, c0, c1, n
+PROBE_RES = 16
 
 
-def _allocate(infos: list[ColumnInfo], n_groups: int, n_rows: int, n_values: int, opts: BuildOptions,
-              budget: int) -> tuple[list[int], dict[tuple[int, ...], tuple[int, ...]], int]:
-    """Bins per column, resolution of each grid and sample size that fit ``budget`` bytes (dense estimate)."""
+def _marginal_bins(infos: list[ColumnInfo], n_groups: int, opts: BuildOptions, budget: int) -> list[int]:
+    """Bins per column: the 1-D share of the budget split evenly (dense estimate); columns with fewer distinct
+    values than their share hand the slack to the others."""
     k = len(infos)
-    s_share, b1, b2, b3 = opts.shares
-    if opts.max_dims < 3:
-        b2, b3 = b2 + (b3 if opts.max_dims == 2 else 0), 0.0
-    if opts.max_dims < 2:
-        b1, b2 = b1 + b2, 0.0
-    row_bytes = 4 + 8 * k
-    n_sample = opts.sample_size or int(max(2000, s_share * budget / row_bytes))
-    n_sample = min(n_sample, n_rows)
-
-    def water_fill(cards: list[int], cells: float) -> tuple[int, ...]:
-        """Per-dimension resolutions, each <= its card, with product <= cells, as even as possible."""
-        res = [1] * len(cards)
-        free = list(range(len(cards)))
-        budget_cells = max(cells, 1.0)
-        while free:
-            r = int(budget_cells ** (1.0 / len(free)) + 1e-9)
-            capped = [i for i in free if cards[i] <= r]
-            if not capped:
-                for i in free:
-                    res[i] = max(2, r)
-                break
-            for i in capped:
-                res[i] = cards[i]
-                budget_cells /= cards[i]
-                free.remove(i)
-        return tuple(min(c, r) for c, r in zip(cards, res, strict=True))
-
+    per_col = opts.shares[1] * budget / (k * n_groups * MARG_CELL_BYTES)
     cards = [min(info.distinct, opts.max_bins) for info in infos]
-    per_col = b1 * budget / (k * n_groups * _grid_cell_bytes(1, n_values))
-    # discrete columns below the per-column share hand their slack to the others
     bins = list(cards)
     slack_cols = [i for i in range(k) if cards[i] > per_col]
     spare = sum(per_col - cards[i] for i in range(k) if cards[i] <= per_col)
     for i in slack_cols:
         bins[i] = int(max(16, min(cards[i], per_col + spare / max(len(slack_cols), 1))))
-    grids: dict[tuple[int, ...], tuple[int, ...]] = {(i,): (bins[i],) for i in range(k)}
-    for dims, share in ((2, b2), (3, b3)):
-        subsets = list(itertools.combinations(range(k), dims))
-        if not subsets or share <= 0:
+    return bins
+
+
+def _levels(bins: int, top: int) -> list[int]:
+    """Candidate resolutions of one dimension of a pair grid: powers of two below ``bins``, then ``bins`` itself
+    (the fine bins) when it is at most ``top``."""
+    out = [r for r in (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096) if r < bins and r <= top]
+    if bins <= top:
+        out.append(bins)
+    return out or [min(bins, top)]
+
+
+def cell_map(res: int, bins: int) -> np.ndarray:
+    """Fine bin (0 = NULL, 1..bins) -> cell (0 = NULL, 1..res) of a grid dimension of resolution ``res``. Maps of
+    powers of two nest, so a finer grid coarsens to a coarser one by summing."""
+    fine = np.arange(bins + 1)
+    if res >= bins:
+        return fine
+    return np.where(fine == 0, 0, 1 + (fine - 1) * res // bins)
+
+
+def dependence(counts: np.ndarray) -> float:
+    """Dependence score of a pair from its probe histograms ``(G, r0, r1)`` (non-NULL cells): the total-variation
+    distance between the joint and the product of the marginals, less the distance sampling noise alone gives
+    under independence, averaged over groups by their rows."""
+    total = counts.sum()
+    if total <= 0:
+        return 0.0
+    score = 0.0
+    for c in counts:
+        n = c.sum()
+        if n <= 0:
             continue
-        cells = share * budget / (len(subsets) * n_groups * _grid_cell_bytes(dims, n_values))
-        for s in subsets:
-            grids[s] = water_fill([bins[i] for i in s], cells)
-    return bins, grids, n_sample
+        e = np.outer(c.sum(axis=1), c.sum(axis=0)) / n
+        tv = 0.5 * np.abs(c - e).sum() / n
+        noise = 0.5 * np.sqrt(2 / np.pi * e * np.clip(1 - e / n, 0, None)).sum() / n
+        score += n / total * max(0.0, tv - noise)
+    return float(score)
 
 
 def _coarse_sql(col: int, res: int, bins: int) -> str:
@@ -209,11 +224,8 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
     else:
         n_groups = 1
 
-    numeric = [j for j, info in enumerate(infos) if info.numeric]
-    nullable = [j for j in numeric if infos[j].nullable]
-    n_values = 1 + len(numeric) + len(nullable)
     budget = opts.budget_bytes or max(opts.min_budget_bytes, int(opts.budget_fraction * table_bytes))
-    bins, grid_res, n_sample = _allocate(infos, n_groups, n_rows, n_values, opts, budget)
+    bins = _marginal_bins(infos, n_groups, opts, budget)
 
     # 3. bin edges: distinct values of discrete columns, quantiles otherwise
     say("bins", 0.15)
@@ -231,8 +243,7 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
         bins[j] = info.bins
 
     syn_id = uuid.uuid4().hex[:12]
-    cells_t, sample_t, edges_t, groups_t = (f"{SCHEMA}.{kind}_{syn_id}" for kind in ("cells", "sample", "edges",
-                                                                                          "groups"))
+    marg_t, sums_t, pairs_t, sample_t, edges_t, groups_t = (f"{SCHEMA}.{kind}_{syn_id}" for kind in KINDS)
     old = con.fetch_rows(f"SELECT id FROM {SCHEMA}.synopses WHERE table_name = ?", [table])
     with con.transaction():
         # 4. group ids and edge tables (temporary), then every row's bins (one ASOF JOIN per column)
@@ -265,24 +276,72 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
         con.execute(f"CREATE TEMP TABLE _densitas_binned AS SELECT {gid} AS gid, {', '.join(bins_sel)}, {vals} "
                     f"FROM (SELECT {', '.join(sel)} FROM {src}) s {gjoin} {' '.join(joins)}")
 
-        # 5. grids: totals (grid 0), then every column set up to max_dims
+        # 5. fine 1-D histograms: exact count and sum per (group, bin)
+        con.execute(f"CREATE TABLE {marg_t} (col SMALLINT, gid SMALLINT, bin SMALLINT, n INTEGER, s DOUBLE)")
+        for j in range(len(infos)):
+            con.execute(f"INSERT INTO {marg_t} SELECT {j}, gid, b{j}, count(*), sum(v{j}) FROM _densitas_binned "
+                        "GROUP BY ALL")
+        marg_bytes = con.fetch_rows(f"SELECT count(*) FROM {marg_t}")[0][0] * MARG_CELL_BYTES
+
+        # 5b. sum grids: per column, per (group, cell), the count and every numeric column's sum and non-NULL
+        # count (SUM/AVG of one column under predicates on another)
+        numeric = [j for j, info in enumerate(infos) if info.numeric]
+        nullable = [j for j in numeric if infos[j].nullable]
         value_cols = ["n INTEGER"] + [f"s{j} DOUBLE" for j in numeric] + [f"nn{j} INTEGER" for j in nullable]
         value_sql = ["count(*)"] + [f"sum(v{j})" for j in numeric] + [f"count(v{j})" for j in nullable]
-        con.execute(f"CREATE TABLE {cells_t} (grid SMALLINT, gid SMALLINT, c0 SMALLINT, c1 SMALLINT, c2 SMALLINT, "
-                    f"{', '.join(value_cols)})")
-        grid_list: list[dict] = [{"id": 0, "cols": [], "res": []}]
-        con.execute(f"INSERT INTO {cells_t} SELECT 0, gid, NULL, NULL, NULL, {', '.join(value_sql)} "
-                    "FROM _densitas_binned GROUP BY gid")
-        subsets = sorted(grid_res, key=lambda s: (len(s), s))
-        for gi, s in enumerate(subsets, start=1):
-            say(f"grid {gi}/{len(subsets)}", 0.25 + 0.6 * gi / len(subsets))
-            res = grid_res[s]
-            cs = [_coarse_sql(j, r, bins[j]) for j, r in zip(s, res, strict=True)]
-            cpad = cs + ["NULL"] * (3 - len(cs))
-            con.execute(f"INSERT INTO {cells_t} SELECT {gi}, gid, {', '.join(cpad)}, {', '.join(value_sql)} "
-                        f"FROM _densitas_binned GROUP BY ALL")
-            grid_list.append({"id": gi, "cols": list(s), "res": [min(r, bins[j]) for j, r in zip(s, res,
-                                                                                            strict=True)]})
+        sum_cell = 2 + 2 + 2 + 4 + 8 * len(numeric) + 4 * len(nullable)
+        per_col = opts.shares[2] * budget / (len(infos) * n_groups * sum_cell)
+        sum_res = []
+        for j in range(len(infos)):
+            levels = _levels(bins[j], 4096)
+            sum_res.append(max([r for r in levels if r <= per_col], default=levels[0]))
+        con.execute(f"CREATE TABLE {sums_t} (col SMALLINT, gid SMALLINT, cell SMALLINT, {', '.join(value_cols)})")
+        for j in range(len(infos)):
+            con.execute(f"INSERT INTO {sums_t} SELECT {j}, gid, {_coarse_sql(j, sum_res[j], bins[j])}, "
+                        f"{', '.join(value_sql)} FROM _densitas_binned GROUP BY ALL")
+        marg_bytes += con.fetch_rows(f"SELECT count(*) FROM {sums_t}")[0][0] * sum_cell
+
+        # 6. dependence of every pair on a 16 x 16 probe grid, then grids for the dependent pairs
+        say("dependence", 0.4)
+        k = len(infos)
+        pairs_all = list(itertools.combinations(range(k), 2))
+        scores: dict[tuple[int, int], float] = {}
+        if pairs_all:
+            probe = [min(PROBE_RES, bins[j]) for j in range(k)]
+            pc = ", ".join(f"{_coarse_sql(j, probe[j], bins[j])} AS p{j}" for j in range(k))
+            sets = ", ".join(f"(gid, p{a}, p{b})" for a, b in pairs_all)
+            keys = ", ".join(f"p{j}" for j in range(k))
+            rows = con.fetch_numpy(f"SELECT gid, {keys}, count(*) AS n FROM (SELECT gid, {pc} FROM "
+                                   f"_densitas_binned) GROUP BY GROUPING SETS ({sets})")
+            gid_a = np.asarray(rows["gid"], dtype=np.int64)
+            n_a = np.asarray(rows["n"], dtype=np.float64)
+            pv = {j: np.ma.filled(np.ma.asarray(rows[f"p{j}"]).astype(np.float64), np.nan) for j in range(k)}
+            for a_, b_ in pairs_all:
+                # rows of this grouping set: both coordinates set, the others NULL (GROUPING SETS pads with NULL)
+                sel = ~np.isnan(pv[a_]) & ~np.isnan(pv[b_])
+                for j in range(k):
+                    if j not in (a_, b_):
+                        sel &= np.isnan(pv[j])
+                ca, cb = pv[a_][sel].astype(np.int64), pv[b_][sel].astype(np.int64)
+                keep = (ca > 0) & (cb > 0)
+                h = np.zeros((n_groups, probe[a_], probe[b_]))
+                np.add.at(h, (gid_a[sel][keep], ca[keep] - 1, cb[keep] - 1), n_a[sel][keep])
+                scores[(a_, b_)] = dependence(h)
+        pair_budget = opts.shares[3] * budget
+        chosen = _choose_pairs(con, infos, bins, scores, opts, pair_budget, say)
+        con.execute(f"CREATE TABLE {pairs_t} (pair SMALLINT, gid SMALLINT, c0 SMALLINT, c1 SMALLINT, n INTEGER)")
+        grid_list: list[dict] = []
+        pair_cells = 0
+        for pi, (pair, res, cells) in enumerate(chosen):
+            frame = pd.DataFrame({"pair": np.full(len(cells[0]), pi, dtype=np.int16),
+                                  "gid": cells[0].astype(np.int16), "c0": cells[1].astype(np.int16),
+                                  "c1": cells[2].astype(np.int16), "n": cells[3].astype(np.int32)})
+            con.insert_frame(pairs_t, frame)
+            pair_cells += len(frame)
+            grid_list.append({"id": pi, "cols": list(pair), "res": list(res), "score": scores[pair]})
+        n_sample = opts.sample_size or int(max(2000, (budget - marg_bytes - pair_cells * PAIR_CELL_BYTES)
+                                               / (2 + 8 * k)))
+        n_sample = min(n_sample, n_rows)
 
         # 6. the stratified sample: n_g proportional to the group's rows, at least min(N_g, 200)
         say("sample", 0.9)
@@ -303,11 +362,13 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
         say("bandwidths", 0.95)
         bandwidths = _bandwidths(con, sample_t, infos, opts.bandwidth)
 
-        size = _stored_bytes(con, cells_t, sample_t, edges_t, groups_t)
+        size = _stored_bytes(con, marg_t, sums_t, pairs_t, sample_t, edges_t, groups_t)
         meta = {"table_name": table, "id": syn_id, "version": FORMAT_VERSION,
                 "build_seconds": time.perf_counter() - t0, "rows": n_rows, "fingerprint": fingerprint,
                 "columns": json.dumps([i.to_dict() for i in infos]), "group_by": json.dumps(group_by),
-                "grids": json.dumps(grid_list), "options": json.dumps({"budget_bytes": budget,
+                "grids": json.dumps({"pairs": grid_list, "sum_res": sum_res, "scores": [[a, b, v] for (a, b), v in
+                                                                     scores.items()]}),
+                "options": json.dumps({"budget_bytes": budget,
                                                                         "sample_size": int(quota.sum()),
                                                                         "seed": opts.seed,
                                                                         "max_bins": opts.max_bins}),
@@ -318,13 +379,79 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
         con.execute(f"INSERT INTO {SCHEMA}.synopses ({', '.join(keys)}, created_at) VALUES "
                     f"({', '.join('?' for _ in keys)}, now())", [meta[k] for k in keys])
         for (old_id,) in old:
-            for kind in ("cells", "sample", "edges", "groups"):
+            for kind in (*KINDS, "cells"):
                 con.execute(f"DROP TABLE IF EXISTS {SCHEMA}.{kind}_{old_id}")
     say("done", 1.0)
     meta["build_seconds"] = time.perf_counter() - t0
     con.execute(f"UPDATE {SCHEMA}.synopses SET build_seconds = ? WHERE table_name = ?", [meta["build_seconds"],
                                                                                            table])
     return meta
+
+
+def _choose_pairs(con: Connector, infos: list[ColumnInfo], bins: list[int], scores: dict, opts: BuildOptions,
+                  budget: float, say: Callable[[str, float], None]) -> list:
+    """The pair grids to store: ``[(pair, (res0, res1), (gid, c0, c1, n))]``. Dependent pairs (score at least
+    ``min_dependence``) in decreasing score each get a grid, starting at 16 x 16 and doubling the resolution in
+    rounds, most dependent first, while the sparse cell count (exact, from the finest grid GROUP BY computed in
+    the database) fits the budget."""
+    cand = sorted((p for p, v in scores.items() if v >= opts.min_dependence), key=lambda p: -scores[p])
+    finest = {}
+    for i, (a, b) in enumerate(cand):
+        say(f"pair grid {i + 1}/{len(cand)}", 0.45 + 0.4 * i / max(len(cand), 1))
+        ra, rb = (min(bins[j], opts.max_pair_res) for j in (a, b))
+        rows = con.fetch_numpy(f"SELECT gid, {_coarse_sql(a, ra, bins[a])} AS x, {_coarse_sql(b, rb, bins[b])} AS y, "
+                               "count(*) AS n FROM _densitas_binned GROUP BY ALL")
+        finest[(a, b)] = ((ra, rb), tuple(np.asarray(rows[c], dtype=np.int64) for c in ("gid", "x", "y", "n")))
+    levels = {p: (_levels(bins[p[0]], opts.max_pair_res), _levels(bins[p[1]], opts.max_pair_res)) for p in cand}
+
+    def at(p, li):
+        """Cells of pair ``p`` at level index ``li`` (per dimension, capped at the dimension's finest)."""
+        (la, lb), ((ra, rb), (g, x, y, n)) = levels[p], finest[p]
+        res = (la[min(li, len(la) - 1)], lb[min(li, len(lb) - 1)])
+        cx = _coarsen(x, ra, res[0], bins[p[0]])
+        cy = _coarsen(y, rb, res[1], bins[p[1]])
+        key = (g * (res[0] + 1) + cx) * (res[1] + 1) + cy
+        uk, inv = np.unique(key, return_inverse=True)
+        cnt = np.bincount(inv, n).astype(np.int64)
+        gg, rem = np.divmod(uk, (res[0] + 1) * (res[1] + 1))
+        return res, (gg, rem // (res[1] + 1), rem % (res[1] + 1), cnt)
+
+    start = {p: max(0, next((i for i, r in enumerate(levels[p][0]) if r >= PROBE_RES), len(levels[p][0]) - 1))
+             for p in cand}
+    state: dict = {}
+    used = 0.0
+    for p in cand:  # most dependent first, at the starting resolution
+        res, cells = at(p, start[p])
+        size = len(cells[0]) * PAIR_CELL_BYTES
+        if used + size <= budget:
+            state[p] = (start[p], res, cells)
+            used += size
+    grown = True
+    while grown:  # doubling rounds
+        grown = False
+        for p in cand:
+            if p not in state:
+                continue
+            li, res, cells = state[p]
+            top = max(len(levels[p][0]), len(levels[p][1])) - 1
+            if li >= top:
+                continue
+            nres, ncells = at(p, li + 1)
+            extra = (len(ncells[0]) - len(cells[0])) * PAIR_CELL_BYTES
+            if used + extra <= budget:
+                state[p] = (li + 1, nres, ncells)
+                used += extra
+                grown = True
+    return [(p, state[p][1], state[p][2]) for p in cand if p in state]
+
+
+def _coarsen(c: np.ndarray, res_from: int, res_to: int, bins: int) -> np.ndarray:
+    """Cells at resolution ``res_from`` -> the nesting cells at ``res_to`` (0, NULL, stays 0)."""
+    if res_to >= res_from:
+        return c
+    if res_from >= bins:  # from fine bins
+        return cell_map(res_to, bins)[c]
+    return np.where(c == 0, 0, 1 + (c - 1) // (res_from // res_to))
 
 
 def _before_swap(meta: dict) -> None:

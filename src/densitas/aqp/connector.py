@@ -42,6 +42,10 @@ class Connector(Protocol):
 
     def fetch_numpy(self, sql: str, params: list | None = None) -> dict[str, np.ndarray]: ...
 
+    def insert_frame(self, table: str, frame: pd.DataFrame) -> None:
+        """Append the rows of ``frame`` (columns in the table's order) to ``table``."""
+        ...
+
     def columns(self, table: str) -> list[tuple[str, str]]:
         """``(name, SQL type)`` of each column, or raise InputError naming the table."""
         ...
@@ -96,6 +100,14 @@ class DuckDBConnector:
 
     def fetch_numpy(self, sql: str, params: list | None = None) -> dict[str, np.ndarray]:
         return self.cursor.execute(sql, params).fetchnumpy()
+
+    def insert_frame(self, table: str, frame: pd.DataFrame) -> None:
+        cur = self.cursor
+        cur.register("_densitas_frame", frame)
+        try:
+            cur.execute(f"INSERT INTO {table} SELECT * FROM _densitas_frame")
+        finally:
+            cur.unregister("_densitas_frame")
 
     def tables(self) -> list[str]:
         rows = self.fetch_rows("SELECT schema_name, table_name FROM duckdb_tables() WHERE NOT temporary "

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 from scipy.special import ndtr, ndtri
 
-from densitas.aqp.build import SCHEMA
+from densitas.aqp.build import FORMAT_VERSION, SCHEMA, cell_map
 from densitas.aqp.columns import ColumnInfo, to_number
 from densitas.aqp.connector import Connector
 from densitas.aqp.sql import Condition, Query
@@ -43,18 +43,29 @@ __all__ = ["Synopsis", "load", "z_value"]
 
 
 @dataclass
-class Grid:
-    cols: tuple[int, ...]
-    res: tuple[int, ...]
-    maps: list[np.ndarray]  # per dimension: fine bin (0..B) -> cell index (0..res)
-    values: np.ndarray  # (G, res_0 + 1, ..., V) dense totals; index 0 of each dimension is the NULL cell
+class Pair:
+    """A stored pair grid: sparse cells ``(gid, c0, c1, n)`` at resolution ``res`` over the fine bins."""
+
+    cols: tuple[int, int]
+    res: tuple[int, int]
+    score: float
+    gid: np.ndarray
+    c: tuple[np.ndarray, np.ndarray]
+    n: np.ndarray
+    maps: tuple[np.ndarray, np.ndarray]  # per dimension: fine bin (0..B) -> cell (0..res)
+    starts: tuple[np.ndarray, np.ndarray]  # per dimension: first fine bin of each cell (maps are monotone)
+    rowsum: tuple[np.ndarray, np.ndarray]  # per dimension: (G, res + 1) rows per cell
+
+
+def _starts(m: np.ndarray) -> np.ndarray:
+    return np.flatnonzero(np.diff(m, prepend=-1))
 
 
 class Synopsis:
     """Loaded synopsis of one table (see :mod:`densitas.aqp.build`)."""
 
-    def __init__(self, meta: dict, infos: list[ColumnInfo], groups: pd.DataFrame, grids: dict,
-                 sample_gid: np.ndarray, sample_vals: np.ndarray) -> None:
+    def __init__(self, meta: dict, infos: list[ColumnInfo], groups: pd.DataFrame, marg: dict, sums: dict,
+                 pairs: list[Pair], scores: dict, sample_gid: np.ndarray, sample_vals: np.ndarray) -> None:
         self.meta = meta
         self.table = meta["table_name"]
         self.infos = infos
@@ -62,27 +73,24 @@ class Synopsis:
         self.group_by: list[str] = json.loads(meta["group_by"])
         self.groups = groups  # gid order: group columns + n
         self.N = groups["n"].to_numpy(dtype=np.float64)
-        self.grids: dict[tuple[int, ...], Grid] = grids
-        numeric = [j for j, i in enumerate(infos) if i.numeric]
-        nullable = [j for j in numeric if infos[j].nullable]
-        self.value_index = {("n", None): 0}
-        for p, j in enumerate(numeric):
-            self.value_index[("s", j)] = 1 + p
-        for p, j in enumerate(nullable):
-            self.value_index[("nn", j)] = 1 + len(numeric) + p
+        G = len(self.N)
+        self.fine = {j: marg[j][0] for j in marg}  # (G, B_j + 1) exact counts per fine bin, bin 0 NULL
+        self.mean = {}
+        for j, (w, sm) in marg.items():
+            with np.errstate(invalid="ignore", divide="ignore"):
+                m = np.where(w > 0, sm / np.where(w > 0, w, 1), 0.0)
+            m[:, 0] = 0.0
+            self.mean[j] = m
+        self.sums = sums  # j -> (map, {key: (G, R + 1) totals}) with key ("n", None), ("s", k), ("nn", k)
+        self.pairs = {p.cols: p for p in pairs}
+        self.scores = scores
         self.bandwidths = json.loads(meta.get("bandwidths") or "[]")
-        # the sample, sorted by group; values NaN where NULL; fine bins as the SQL ASOF join assigned them
+        # the sample, sorted by group; values NaN where NULL
         order = np.argsort(sample_gid, kind="stable")
         self.s_gid = sample_gid[order].astype(np.int64)
         self.s_vals = sample_vals[order]
-        self.s_bins = np.zeros(self.s_vals.shape, dtype=np.int64)
-        for j, info in enumerate(infos):
-            v = self.s_vals[:, j]
-            ok = ~np.isnan(v)
-            self.s_bins[ok, j] = np.searchsorted(info.edges, v[ok], side="right")
-        self.n = np.bincount(self.s_gid, minlength=len(self.N)).astype(np.float64)
+        self.n = np.bincount(self.s_gid, minlength=G).astype(np.float64)
         self.s_start = np.concatenate([[0], np.cumsum(self.n)]).astype(np.int64)
-        self.fine = {j: grids[(j,)].values[..., 0] for j in range(len(infos))}  # (G, B_j + 1) exact counts
 
     # ---- query resolution -------------------------------------------------------------------------------
     def size_bytes(self) -> int:
@@ -166,10 +174,6 @@ class Synopsis:
                 raise UnsupportedQueryError(self._missing(g, "GROUP BY"))
         box, gmask = self._box(q)
         cols = tuple(sorted(box))
-        if len(cols) > 3 or (cols and cols not in self.grids and method == "grid"):
-            raise UnsupportedQueryError(f"a predicate on {len(cols)} columns "
-                                        f"({[self.infos[j].name for j in cols]}); this synopsis has grids on at "
-                                        "most " + str(max(len(k) for k in self.grids)) + " columns")
         needs = []
         for a in q.aggregates:
             if a.column is None:
@@ -229,99 +233,201 @@ class Synopsis:
                     r[k] = np.asarray(r[k])[keep]
         return out, results
 
-    def _grid(self, cols, box, keys):
-        """Per group (G, len(keys)) estimates, and a function giving per-group variances of linear combinations."""
+    # ---- the model: a tree of pair grids over fine histograms ---------------------------------------------
+    def _tree(self, nodes: list[int]) -> list[tuple[int, int]]:
+        """Maximum spanning forest (by dependence score) of the stored pair grids among ``nodes``."""
+        cand = sorted((p for p in self.pairs if p[0] in nodes and p[1] in nodes), key=lambda p: -self.pairs[p].score)
+        parent = {u: u for u in nodes}
+
+        def find(u):
+            while parent[u] != u:
+                parent[u] = parent[parent[u]]
+                u = parent[u]
+            return u
+
+        out = []
+        for a, b in cand:
+            ra, rb = find(a), find(b)
+            if ra != rb:
+                parent[ra] = rb
+                out.append((a, b))
+        return out
+
+    def _cell_mean(self, j: int, x: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """(G, cells): the count-weighted mean of the per-fine-bin ``x`` of column ``j`` within each cell."""
+        w = self.fine[j]
+        num = np.add.reduceat(w * x, starts, axis=1)
+        den = np.add.reduceat(w, starts, axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(den > 0, num / np.where(den > 0, den, 1), 0.0)
+
+    def _message(self, pair: Pair, v: int, lam_v: np.ndarray) -> np.ndarray:
+        """E[lambda_v(x_v) | x_u's cell] for each fine bin of u, through the grid of ``pair``, (G, B_u + 1)."""
+        dv = pair.cols.index(v)
+        du = 1 - dv
+        lbar = self._cell_mean(v, lam_v, pair.starts[dv])
         G = len(self.N)
-        vidx = [self.value_index[k] for k in keys]
-        if not cols:
-            tot = self.grids[()].values[:, vidx]
-            return tot, lambda gids, ks, ws: np.zeros(len(gids))
-        grid = self.grids[cols]
-        fr = []
-        for d, j in enumerate(cols):
-            f = self._fractions(j, box[j])  # (G, B+1) share per fine bin
-            w = self.fine[j]
-            if grid.res[d] >= self.infos[j].bins:
-                fr.append(f)
-            else:  # a coarse cell's share: the fine histogram's rows in the box over the cell's rows
-                idx = grid.maps[d]
-                num = np.zeros((G, grid.res[d] + 1))
-                den = np.zeros((G, grid.res[d] + 1))
-                for g in range(G):
-                    num[g] = np.bincount(idx, w[g] * f[g], minlength=grid.res[d] + 1)
-                    den[g] = np.bincount(idx, w[g], minlength=grid.res[d] + 1)
+        R = pair.res[du] + 1
+        num = np.bincount(pair.gid * R + pair.c[du], pair.n * lbar[pair.gid, pair.c[dv]],
+                          minlength=G * R).reshape(G, R)
+        den = pair.rowsum[du]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mu = np.where(den > 0, num / np.where(den > 0, den, 1), 0.0)
+        return mu[:, pair.maps[du]]
+
+    def _lam(self, u: int, parent: int | None, adj: dict, phis: dict) -> np.ndarray:
+        lam = np.array(np.broadcast_to(phis[u], self.fine[u].shape), dtype=np.float64)
+        for v in adj[u]:
+            if v != parent:
+                pair = self.pairs[(min(u, v), max(u, v))]
+                lam *= self._message(pair, v, self._lam(v, u, adj, phis))
+        return lam
+
+    def _expect(self, comp: list[int], adj: dict, phis: dict) -> np.ndarray:
+        """(G,): E[prod of the component's factors] per group."""
+        root = comp[0]
+        lam = self._lam(root, None, adj, phis)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.N > 0, (self.fine[root] * lam).sum(axis=1) / np.maximum(self.N, 1), 0.0)
+
+    def _grid(self, cols, box, keys):
+        """Model estimates per group (G, len(keys)), combined with the sample (see the module docstring), and a
+        function giving per-group variances of linear combinations of the keys."""
+        G = len(self.N)
+        S = list(cols)
+        phis = {u: self._fractions(u, box[u])[0] for u in S}
+        edges = self._tree(S)
+        adj: dict[int, list[int]] = {u: [] for u in S}
+        for a, b in edges:
+            adj[a].append(b)
+            adj[b].append(a)
+        comps, seen = [], set()
+        for u in S:
+            if u in seen:
+                continue
+            stack, comp = [u], []
+            while stack:
+                x = stack.pop()
+                if x in seen:
+                    continue
+                seen.add(x)
+                comp.append(x)
+                stack += adj[x]
+            comps.append(comp)
+        comp_of = {u: ci for ci, comp in enumerate(comps) for u in comp}
+        E = [self._expect(comp, adj, phis) for comp in comps]
+        count = self.N * np.prod(E, axis=0) if E else self.N.copy()
+
+        # placement variance (relative) of the count: fine bins the box cuts, grid cells it cuts, independence
+        rv = np.zeros(G)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            for u in S:
+                w, ph = self.fine[u], phis[u]
+                num = (w * (ph * (1 - ph))).sum(axis=1)
+                den = (w * ph).sum(axis=1)
+                rv += np.where(den > 0, num / np.where(den > 0, den, 1) ** 2, 0.0)
+            for a, b in edges:
+                pair = self.pairs[(a, b)]
+                qa = self._cell_mean(a, np.broadcast_to(phis[a], self.fine[a].shape), pair.starts[0])
+                qb = self._cell_mean(b, np.broadcast_to(phis[b], self.fine[b].shape), pair.starts[1])
+                qq = qa[pair.gid, pair.c[0]] * qb[pair.gid, pair.c[1]]
+                num = np.bincount(pair.gid, pair.n * qq * (1 - qq), minlength=G)
+                den = np.bincount(pair.gid, pair.n * qq, minlength=G)
+                rv += np.where(den > 0, num / np.where(den > 0, den, 1) ** 2, 0.0)
+            for c1 in range(len(E)):
+                for c2 in range(c1 + 1, len(E)):
+                    p1, p2 = E[c1], E[c2]
+                    rv += np.where((p1 > 0) & (p2 > 0), (1 - p1) * (1 - p2) / np.maximum(self.N * p1 * p2, 1e-300),
+                                   0.0)
+
+        model = np.empty((G, len(keys)))
+        rv_k = np.empty((G, len(keys)))
+        for t, (kind, j) in enumerate(keys):
+            rv_k[:, t] = rv
+            if kind == "n":
+                model[:, t] = count
+                continue
+            factor = self.mean[j] if kind == "s" else (np.arange(self.fine[j].shape[1]) > 0).astype(np.float64)
+            if not S:
+                model[:, t] = (self.fine[j] * factor).sum(axis=1)
+                continue
+            if j in phis:  # the column is a predicate column: its own bins carry its values
+                u, f = j, factor
+            else:  # attach the column to the predicate column it depends on most, through that column's sum grid
+                u = max(S, key=lambda x: self.scores.get((min(x, j), max(x, j)), 0.0))
+                cmap, tot = self.sums[u]
                 with np.errstate(invalid="ignore", divide="ignore"):
-                    fr.append(np.where(den > 0, num / np.where(den > 0, den, 1), 0.0))
-        vals = grid.values[..., vidx]
-        model = vals
-        for f in fr:  # contract one dimension at a time: (G, c0, c1, ..., V) -> (G, ..., V)
-            model = np.einsum("gc...,gc->g...", model, f)
-        # sample correction
+                    n_c = tot[("n", None)]
+                    ratio = np.where(n_c > 0, tot[(kind, j)] / np.where(n_c > 0, n_c, 1), 0.0)
+                f = ratio[:, cmap]
+                st = _starts(cmap)
+                qc = self._cell_mean(u, np.broadcast_to(phis[u], self.fine[u].shape), st)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    num = (n_c * qc * (1 - qc)).sum(axis=1)
+                    den = (n_c * qc).sum(axis=1)
+                    rv_k[:, t] += np.where(den > 0, num / np.where(den > 0, den, 1) ** 2, 0.0)
+            ph2 = dict(phis)
+            ph2[u] = phis[u] * f
+            ci = comp_of[u]
+            Ek = self._expect(comps[ci], adj, ph2)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                model[:, t] = np.where(E[ci] > 0, count / np.where(E[ci] > 0, E[ci], 1) * Ek,
+                                       self.N * Ek * np.prod([E[c] for c in range(len(E)) if c != ci], axis=0))
+
+        # the sample: Horvitz–Thompson per group, and the composite with the model
         sv = self.s_vals
         inside = np.ones(len(sv), dtype=bool)
-        q = np.ones(len(sv))
-        for d, j in enumerate(cols):
-            inside &= self._row_match(j, box[j], sv[:, j])
-            cell = grid.maps[d][self.s_bins[:, j]]
-            q *= fr[d][self.s_gid, cell]
-        y = self._sample_values(keys)  # (n, K)
-        r = y * (inside.astype(np.float64) - q)[:, None]
-        scale = self.N / np.maximum(self.n, 1)
-        corr = np.zeros((G, len(keys)))
-        np.add.at(corr, self.s_gid, r)
-        est = model + corr * scale[:, None]
-        # variance floor for groups with few rows in cut cells: the Bernoulli variance of the model itself
-        cut = (q > 0) & (q < 1)
-        cut_n = np.bincount(self.s_gid, cut.astype(np.float64), minlength=G)
-        floor: dict[str, np.ndarray] = {}
+        for u in S:
+            inside &= self._row_match(u, box[u], sv[:, u])
+        y = self._sample_values(keys)
+        yin = y * inside[:, None]
+        n_g = np.maximum(self.n, 1)
+        fpc = np.clip(1 - self.n / np.maximum(self.N, 1), 0.0, 1.0)
+        scale = self.N / n_g
+        p_model = np.where(self.N > 0, count / np.maximum(self.N, 1), 0.0)
 
-        def variance_floor() -> np.ndarray:
-            """Model variance × E[y²]/E[y]² (the within-cell spread cell means miss); only computed when a
-            group has too few sample rows in cut cells, so off the common path."""
-            if not floor:
-                sy = np.zeros((G, len(keys)))
-                sy2 = np.zeros((G, len(keys)))
-                np.add.at(sy, self.s_gid, y)
-                np.add.at(sy2, self.s_gid, y * y)
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    ratio = np.nan_to_num(sy2 * np.maximum(self.n, 1)[:, None] / sy**2, nan=1.0, posinf=1.0)
-                floor["v"] = self._model_var(grid, fr, vidx) * ratio
-            return floor["v"]
+        def parts(gids, ws_rows):
+            """Per group of ``gids``: model, model variance, HT, HT variance of the combination ``ws_rows``."""
+            u = yin @ ws_rows  # (n_s,)
+            u2m = np.bincount(self.s_gid, (y @ ws_rows) ** 2, minlength=G) / n_g  # E[u^2] over the group's rows
+            su = np.bincount(self.s_gid, u, minlength=G)
+            su2 = np.bincount(self.s_gid, u * u, minlength=G)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                var_u = np.where(self.n > 1, (su2 - su * su / n_g) / np.maximum(self.n - 1, 1), 0.0)
+            var_u = np.maximum(var_u, p_model * (1 - p_model) * u2m)  # too few rows in the box to trust alone
+            ht = scale * su
+            s2 = self.N ** 2 * fpc * var_u / n_g
+            return ht[gids], s2[gids], u2m[gids]
+
+        def composite(m, v, h, s2):
+            d = h - m
+            # the model's bias shows only when the sample disagrees beyond its noise (3 standard errors); a single
+            # query's noisy disagreement would otherwise drag the model towards the sample
+            mse = np.where(d * d > 9 * (s2 + v), d * d - s2, v)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                lam = np.where(v > 0, np.where(mse + s2 > 0, mse / (mse + s2), 1.0), 0.0)
+            var = lam * lam * s2 + (1 - lam) ** 2 * mse
+            return m + lam * d, np.where(v > 0, var, 0.0)
+
+        all_g = np.arange(G)
+        est = np.empty((G, len(keys)))
+        for t in range(len(keys)):
+            w = np.zeros(len(keys))
+            w[t] = 1.0
+            h, s2, u2m = parts(all_g, w)
+            v = rv_k[:, t] * count ** 2 * u2m
+            est[:, t], _ = composite(model[:, t], v, h, s2)
 
         def var_fn(gids, ks, ws):
-            out = np.zeros(len(gids))
-            for t, g in enumerate(gids):
-                a, b = self.s_start[g], self.s_start[g + 1]
-                n_g = b - a
-                if n_g < 2:
-                    continue
-                u = sum(w * r[a:b, k] for k, w in zip(ks, ws, strict=True))
-                fpc = max(0.0, 1.0 - n_g / self.N[g])
-                s2 = u.var(ddof=1)
-                if cut_n[g] < 30:  # too few sample rows in cut cells to trust s2 alone
-                    fl = variance_floor()
-                    mv = sum(w * w * fl[g, k] for k, w in zip(ks, ws, strict=True))
-                    s2 = max(s2, mv / self.N[g])
-                out[t] = self.N[g] ** 2 * s2 / n_g * fpc
-            return out
+            w = np.zeros(len(keys))
+            for k, wk in zip(ks, ws, strict=True):
+                w[k] += wk
+            h, s2, u2m = parts(gids, w)
+            m = model[gids] @ w
+            v = rv_k[gids][:, ks].max(axis=1) * count[gids] ** 2 * u2m
+            return composite(m, v, h, s2)[1]
 
         return est, var_fn
-
-    def _model_var(self, grid: Grid, fr: list[np.ndarray], vidx: list[int]) -> np.ndarray:
-        """Σ_k f_k(1 − f_k)·Y_k²/C_k per group and value: the Bernoulli variance of membership in cut cells."""
-        G = len(self.N)
-        f = np.ones((G, *tuple(r + 1 for r in grid.res)))
-        for d, fd in enumerate(fr):
-            shape = [G] + [1] * len(grid.res)
-            shape[1 + d] = -1
-            f = f * fd.reshape(shape)
-        counts = grid.values[..., 0]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out = np.zeros((G, len(vidx)))
-            for t, v in enumerate(vidx):
-                y2 = np.where(counts > 0, grid.values[..., v] ** 2 / np.where(counts > 0, counts, 1), 0.0)
-                out[:, t] = (f * (1 - f) * y2).reshape(G, -1).sum(axis=1)
-        return out
 
     def _sample_values(self, keys) -> np.ndarray:
         y = np.empty((len(self.s_vals), len(keys)))
@@ -423,33 +529,74 @@ def load(con: Connector, table: str) -> Synopsis:
     if rows.empty:
         raise InputError(f"table {table!r} has no synopsis; build one first (densitas build / Engine.build).")
     meta = rows.iloc[0].to_dict()
+    if int(meta.get("version") or 0) != FORMAT_VERSION:
+        raise InputError(f"the synopsis of {table!r} has format version {meta.get('version')!r}, this densitas "
+                         f"reads version {FORMAT_VERSION}; rebuild it (densitas build / Engine.build).")
     sid = meta["id"]
     col_dicts = json.loads(meta["columns"])
     edges = con.fetch_df(f"SELECT col, bin, lo FROM {SCHEMA}.edges_{sid} ORDER BY col, bin")
     infos = []
     for j, d in enumerate(col_dicts):
         infos.append(ColumnInfo.from_dict(d, edges.loc[edges["col"] == j, "lo"].to_numpy(dtype=np.float64)))
+    if len(infos) == 0:
+        raise InputError(f"synopsis of {table!r} has no columns")
     groups = con.fetch_df(f"SELECT * FROM {SCHEMA}.groups_{sid} ORDER BY gid").drop(columns="gid")
-    cells = con.fetch_numpy(f"SELECT * FROM {SCHEMA}.cells_{sid}")
     G = len(groups)
-    value_names = [c for c in cells if c not in ("grid", "gid", "c0", "c1", "c2")]
-    V = np.stack([np.asarray(cells[c], dtype=np.float64) for c in value_names], axis=1) if len(cells["grid"]) else \
-        np.zeros((0, len(value_names)))
-    grid_ids = np.asarray(cells["grid"])
-    gid = np.asarray(cells["gid"], dtype=np.int64)
-    grids: dict[tuple[int, ...], Grid] = {}
-    for g in json.loads(meta["grids"]):
-        cols, res = tuple(g["cols"]), tuple(g["res"])
-        sel = grid_ids == g["id"]
-        vals = np.zeros((G, *tuple(r + 1 for r in res), len(value_names)))
-        idx = [gid[sel]] + [np.asarray(cells[f"c{d}"])[sel].astype(np.int64) for d in range(len(cols))]
-        np.add.at(vals, tuple(idx), V[sel])
-        maps = []
-        for j, r in zip(cols, res, strict=True):
-            b = infos[j].bins
-            fine = np.arange(b + 1)
-            maps.append(fine if r >= b else np.where(fine == 0, 0, 1 + (fine - 1) * r // b))
-        grids[cols] = Grid(cols, res, maps, vals)
+    grids = json.loads(meta["grids"])
+
+    def arr(d, c, dtype=np.float64):
+        a = d[c]
+        return np.nan_to_num(np.ma.filled(np.ma.asarray(a).astype(dtype), 0)) if np.ma.isMaskedArray(a) else \
+            np.nan_to_num(np.asarray(a, dtype=dtype))
+
+    m = con.fetch_numpy(f"SELECT col, gid, bin, n, s FROM {SCHEMA}.marg_{sid}")
+    mcol, mg, mb = (arr(m, c, np.int64) for c in ("col", "gid", "bin"))
+    mn, ms = arr(m, "n"), arr(m, "s")
+    marg = {}
+    for j, info in enumerate(infos):
+        sel = mcol == j
+        w = np.zeros((G, info.bins + 1))
+        sm = np.zeros((G, info.bins + 1))
+        np.add.at(w, (mg[sel], mb[sel]), mn[sel])
+        np.add.at(sm, (mg[sel], mb[sel]), ms[sel])
+        marg[j] = (w, sm)
+
+    sm_ = con.fetch_numpy(f"SELECT * FROM {SCHEMA}.sums_{sid}")
+    scol, sg, sc = (arr(sm_, c, np.int64) for c in ("col", "gid", "cell"))
+    value_names = [c for c in sm_ if c not in ("col", "gid", "cell")]
+    values = {c: arr(sm_, c) for c in value_names}
+    sums = {}
+    for j, info in enumerate(infos):
+        cmap = cell_map(grids["sum_res"][j], info.bins)
+        sel = scol == j
+        tot = {}
+        for c in value_names:
+            key = ("n", None) if c == "n" else (("nn", int(c[2:])) if c.startswith("nn") else ("s", int(c[1:])))
+            a = np.zeros((G, int(cmap.max()) + 1))
+            np.add.at(a, (sg[sel], sc[sel]), values[c][sel])
+            tot[key] = a
+        for k, info_k in enumerate(infos):  # non-nullable columns: the non-NULL count is the row count
+            if info_k.numeric and ("nn", k) not in tot:
+                tot[("nn", k)] = tot[("n", None)]
+        sums[j] = (cmap, tot)
+
+    pr = con.fetch_numpy(f"SELECT pair, gid, c0, c1, n FROM {SCHEMA}.pairs_{sid}")
+    pid = arr(pr, "pair", np.int64)
+    pairs = []
+    for g in grids["pairs"]:
+        sel = pid == g["id"]
+        a, b = g["cols"]
+        ra, rb = g["res"]
+        gid = arr(pr, "gid", np.int64)[sel]
+        c = (arr(pr, "c0", np.int64)[sel], arr(pr, "c1", np.int64)[sel])
+        n = arr(pr, "n")[sel]
+        maps = (cell_map(ra, infos[a].bins), cell_map(rb, infos[b].bins))
+        R = (int(maps[0].max()) + 1, int(maps[1].max()) + 1)
+        rowsum = tuple(np.bincount(gid * R[d] + c[d], n, minlength=G * R[d]).reshape(G, R[d]) for d in (0, 1))
+        pairs.append(Pair((a, b), (R[0] - 1, R[1] - 1), float(g["score"]), gid, c, n, maps,
+                          (_starts(maps[0]), _starts(maps[1])), rowsum))
+    scores = {(int(a), int(b)): float(v) for a, b, v in grids["scores"]}
+
     sample = con.fetch_numpy(f"SELECT * FROM {SCHEMA}.sample_{sid}")
     s_gid = np.asarray(sample["gid"], dtype=np.int64)
     cols_v = []
@@ -457,7 +604,5 @@ def load(con: Connector, table: str) -> Synopsis:
         a = sample[f"v{j}"]
         cols_v.append(np.ma.filled(a.astype(np.float64), np.nan) if np.ma.isMaskedArray(a)
                       else np.asarray(a, dtype=np.float64))
-    s_vals = np.stack(cols_v, axis=1) if cols_v else np.zeros((len(s_gid), 0))
-    if len(infos) == 0:
-        raise InputError(f"synopsis of {table!r} has no columns")
-    return Synopsis(meta, infos, groups, grids, s_gid, s_vals)
+    s_vals = np.stack(cols_v, axis=1)
+    return Synopsis(meta, infos, groups, marg, sums, pairs, scores, s_gid, s_vals)
