@@ -167,7 +167,7 @@ class Engine:
                 return df
             raise
         z = syn_mod.z_value(confidence)
-        df = out.copy()
+        data = dict(out)
         for r in results:
             val, sd = np.asarray(r["value"], dtype=np.float64), np.sqrt(np.maximum(r["var"], 0.0))
             # plus float rounding of the stored sums (the database sums decimals exactly)
@@ -178,10 +178,12 @@ class Engine:
             else:  # SUM/AVG over no rows is NULL
                 empty = ~(np.asarray(r["count"]) >= 0.5)
                 val, low, high = (np.where(empty, np.nan, a) for a in (val, low, high))
-            df[r["alias"]] = val
-            df[f"{r['alias']}_ci_low"] = low
-            df[f"{r['alias']}_ci_high"] = high
-        df = self._order(df, q)
+            data[r["alias"]] = val
+            data[f"{r['alias']}_ci_low"] = low
+            data[f"{r['alias']}_ci_high"] = high
+        df = pd.DataFrame(data)
+        if q.order_by:
+            df = self._order(df, q)
         df.attrs.update({"method": method, "table": q.table, "synopsis_id": syn.meta["id"],
                          "built_at": str(syn.meta["created_at"]), "confidence": confidence,
                          "elapsed_ms": (time.perf_counter() - t0) * 1e3})

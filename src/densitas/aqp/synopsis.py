@@ -91,6 +91,8 @@ class Synopsis:
         self.s_vals = sample_vals[order]
         self.n = np.bincount(self.s_gid, minlength=G).astype(np.float64)
         self.s_start = np.concatenate([[0], np.cumsum(self.n)]).astype(np.int64)
+        self._moment_cache: dict = {}
+        self._label_cache: dict = {}
 
     # ---- query resolution -------------------------------------------------------------------------------
     def size_bytes(self) -> int:
@@ -167,8 +169,9 @@ class Synopsis:
         return ok  # NaN (NULL) compares false
 
     # ---- estimation -----------------------------------------------------------------------------------------
-    def estimate(self, q: Query, method: str = "grid") -> tuple[pd.DataFrame, list[dict]]:
-        """Per output group (rows of the returned frame), per aggregate: estimate and variance."""
+    def estimate(self, q: Query, method: str = "grid") -> tuple[dict, list[dict]]:
+        """The output groups' label columns (name -> array; empty without GROUP BY), and per aggregate the
+        estimate and variance of each output group."""
         for g in q.group_by:
             if g not in self.group_by:
                 raise UnsupportedQueryError(self._missing(g, "GROUP BY"))
@@ -193,14 +196,18 @@ class Synopsis:
         # output groups
         gids = np.flatnonzero(gmask)
         if q.group_by:
-            labels = self.groups.loc[gids, list(q.group_by)].reset_index(drop=True)
-            codes = labels.groupby(list(q.group_by), dropna=False, sort=True).ngroup().to_numpy()
-            out = labels.drop_duplicates().assign(_c=codes[~labels.duplicated().to_numpy()])
-            out = out.sort_values("_c").drop(columns="_c").reset_index(drop=True)
+            ck = (tuple(q.group_by), gmask.tobytes())
+            if ck not in self._label_cache:
+                labels = self.groups.loc[gids, list(q.group_by)].reset_index(drop=True)
+                codes = labels.groupby(list(q.group_by), dropna=False, sort=True).ngroup().to_numpy()
+                first = labels.drop_duplicates().assign(_c=codes[~labels.duplicated().to_numpy()])
+                first = first.sort_values("_c").drop(columns="_c").reset_index(drop=True)
+                self._label_cache[ck] = (codes, {c: first[c].to_numpy() for c in first.columns})
+            codes, out = self._label_cache[ck]
+            m = len(next(iter(out.values())))
         else:
             codes = np.zeros(len(gids), dtype=np.int64)
-            out = pd.DataFrame(index=[0])
-        m = len(out)
+            out, m = {}, 1
         results = []
         for a in q.aggregates:
             if a.func == "count":
@@ -220,14 +227,14 @@ class Synopsis:
             with np.errstate(divide="ignore", invalid="ignore"):
                 avg = tot / cnt
                 # delta method: the residual of SUM − AVG·COUNT, with the output group's AVG
-                v = np.array([var_fn(gids[codes == o], [ks, kn], [1.0, -avg[o]]).sum() / cnt[o] ** 2
-                              for o in range(m)])
+                v = np.bincount(codes, var_fn(gids, [ks, kn], [1.0, -np.nan_to_num(avg)[codes]]),
+                                minlength=m) / cnt ** 2
             results.append({"alias": a.alias, "func": "avg", "value": avg, "var": v, "count": cnt})
         if q.group_by:  # SQL has no row for a group without matching rows: drop groups surely empty
             rows = np.bincount(codes, est[gids, 0], minlength=m)
             rvar = np.bincount(codes, var_fn(gids, [0], [1.0]), minlength=m)
             keep = (rows >= 0.5) | (rvar > 0)
-            out = out[keep].reset_index(drop=True)
+            out = {c: v[keep] for c, v in out.items()}
             for r in results:
                 for k in ("value", "var", "count"):
                     r[k] = np.asarray(r[k])[keep]
@@ -374,30 +381,39 @@ class Synopsis:
                 model[:, t] = np.where(E[ci] > 0, count / np.where(E[ci] > 0, E[ci], 1) * Ek,
                                        self.N * Ek * np.prod([E[c] for c in range(len(E)) if c != ci], axis=0))
 
-        # the sample: Horvitz–Thompson per group, and the composite with the model
+        # the sample: Horvitz–Thompson per group from first and second moments of the rows in the box, and the
+        # composite with the model
         sv = self.s_vals
         inside = np.ones(len(sv), dtype=bool)
         for u in S:
             inside &= self._row_match(u, box[u], sv[:, u])
-        y = self._sample_values(keys)
-        yin = y * inside[:, None]
+        idx = np.flatnonzero(inside)
+        gi = self.s_gid[idx]
+        yi = self._sample_values(keys, idx)
+        K = len(keys)
+        m1 = np.stack([np.bincount(gi, yi[:, k], minlength=G) for k in range(K)], axis=1)
+        m2 = np.empty((G, K, K))
+        for k in range(K):
+            for k2 in range(k, K):
+                m2[:, k, k2] = m2[:, k2, k] = np.bincount(gi, yi[:, k] * yi[:, k2], minlength=G)
+        y2 = self._moments(tuple(keys))
         n_g = np.maximum(self.n, 1)
         fpc = np.clip(1 - self.n / np.maximum(self.N, 1), 0.0, 1.0)
-        scale = self.N / n_g
         p_model = np.where(self.N > 0, count / np.maximum(self.N, 1), 0.0)
 
-        def parts(gids, ws_rows):
-            """Per group of ``gids``: model, model variance, HT, HT variance of the combination ``ws_rows``."""
-            u = yin @ ws_rows  # (n_s,)
-            u2m = np.bincount(self.s_gid, (y @ ws_rows) ** 2, minlength=G) / n_g  # E[u^2] over the group's rows
-            su = np.bincount(self.s_gid, u, minlength=G)
-            su2 = np.bincount(self.s_gid, u * u, minlength=G)
+        def parts(gids, W):
+            """Per group of ``gids`` and weights ``W`` (len(gids), K): model variance factor E[u^2], HT and its
+            variance for the combination u = Σ_k W_k y_k."""
+            su = (m1[gids] * W).sum(axis=1)
+            su2 = np.einsum("gk,gkl,gl->g", W, m2[gids], W)
+            u2m = np.einsum("gk,gkl,gl->g", W, y2[gids], W) / n_g[gids]
+            nn = self.n[gids]
             with np.errstate(invalid="ignore", divide="ignore"):
-                var_u = np.where(self.n > 1, (su2 - su * su / n_g) / np.maximum(self.n - 1, 1), 0.0)
-            var_u = np.maximum(var_u, p_model * (1 - p_model) * u2m)  # too few rows in the box to trust alone
-            ht = scale * su
-            s2 = self.N ** 2 * fpc * var_u / n_g
-            return ht[gids], s2[gids], u2m[gids]
+                var_u = np.where(nn > 1, (su2 - su * su / n_g[gids]) / np.maximum(nn - 1, 1), 0.0)
+            pm = p_model[gids]
+            var_u = np.maximum(var_u, pm * (1 - pm) * u2m)  # too few rows in the box to trust alone
+            N = self.N[gids]
+            return u2m, N / n_g[gids] * su, N ** 2 * fpc[gids] * var_u / n_g[gids]
 
         def composite(m, v, h, s2):
             d = h - m
@@ -410,35 +426,48 @@ class Synopsis:
             return m + lam * d, np.where(v > 0, var, 0.0)
 
         all_g = np.arange(G)
-        est = np.empty((G, len(keys)))
-        for t in range(len(keys)):
-            w = np.zeros(len(keys))
-            w[t] = 1.0
-            h, s2, u2m = parts(all_g, w)
-            v = rv_k[:, t] * count ** 2 * u2m
-            est[:, t], _ = composite(model[:, t], v, h, s2)
+        est = np.empty((G, K))
+        for t in range(K):
+            W = np.zeros((G, K))
+            W[:, t] = 1.0
+            u2m, h, s2 = parts(all_g, W)
+            est[:, t], _ = composite(model[:, t], rv_k[:, t] * count ** 2 * u2m, h, s2)
 
         def var_fn(gids, ks, ws):
-            w = np.zeros(len(keys))
+            W = np.zeros((len(gids), K))
             for k, wk in zip(ks, ws, strict=True):
-                w[k] += wk
-            h, s2, u2m = parts(gids, w)
-            m = model[gids] @ w
+                W[:, k] += wk
+            u2m, h, s2 = parts(gids, W)
+            m = (model[gids] * W).sum(axis=1)
             v = rv_k[gids][:, ks].max(axis=1) * count[gids] ** 2 * u2m
             return composite(m, v, h, s2)[1]
 
         return est, var_fn
 
-    def _sample_values(self, keys) -> np.ndarray:
-        y = np.empty((len(self.s_vals), len(keys)))
+    def _sample_values(self, keys, rows: np.ndarray | None = None) -> np.ndarray:
+        sv = self.s_vals if rows is None else self.s_vals[rows]
+        y = np.empty((len(sv), len(keys)))
         for t, (kind, j) in enumerate(keys):
             if kind == "n":
                 y[:, t] = 1.0
             elif kind == "s":
-                y[:, t] = np.nan_to_num(self.s_vals[:, j], nan=0.0)
+                y[:, t] = np.nan_to_num(sv[:, j], nan=0.0)
             else:
-                y[:, t] = ~np.isnan(self.s_vals[:, j])
+                y[:, t] = ~np.isnan(sv[:, j])
         return y
+
+    def _moments(self, keys: tuple) -> np.ndarray:
+        """(G, K, K): per group, the sums over its sample rows of y_k·y_l (cached per key tuple)."""
+        got = self._moment_cache.get(keys)
+        if got is None:
+            y = self._sample_values(keys)
+            G, K = len(self.N), len(keys)
+            got = np.empty((G, K, K))
+            for k in range(K):
+                for k2 in range(k, K):
+                    got[:, k, k2] = got[:, k2, k] = np.bincount(self.s_gid, y[:, k] * y[:, k2], minlength=G)
+            self._moment_cache[keys] = got
+        return got
 
     def _kde(self, cols, box, keys):
         G = len(self.N)
@@ -473,7 +502,7 @@ class Synopsis:
                 a, b = self.s_start[g], self.s_start[g + 1]
                 if b - a < 2:
                     continue
-                u = sum(wk * y[a:b, k] for k, wk in zip(ks, ws, strict=True))
+                u = sum(np.broadcast_to(wk, (len(gids),))[t] * y[a:b, k] for k, wk in zip(ks, ws, strict=True))
                 out[t] = self.N[g] ** 2 * u.var(ddof=1) / (b - a) * max(0.0, 1 - (b - a) / self.N[g])
             return out
 
