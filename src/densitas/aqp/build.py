@@ -235,9 +235,17 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
             vals = con.fetch_rows(f"SELECT DISTINCT {info.expr} AS v FROM {src} WHERE v IS NOT NULL ORDER BY v")
             info.edges = np.array([v[0] for v in vals], dtype=np.float64)
         else:
-            qs = ", ".join(repr(i / bins[j]) for i in range(bins[j]))
-            q = con.fetch_rows(f"SELECT quantile_disc({info.expr}, [{qs}]) FROM {src}")[0][0]
-            edges = np.unique(np.asarray(q, dtype=np.float64))
+            # half the edges at quantiles (equal mass), half evenly spaced between the 0.1% and 99.9% quantiles:
+            # quantile bins alone grow wide, and their uniform spread poor, where the density is low
+            nq = (bins[j] + 1) // 2
+            qs = ", ".join(repr(i / nq) for i in range(nq))
+            q = con.fetch_rows(f"SELECT quantile_disc({info.expr}, [{qs}]), quantile_cont({info.expr}, 0.001), "
+                               f"quantile_cont({info.expr}, 0.999) FROM {src}")[0]
+            even = np.linspace(float(q[1]), float(q[2]), bins[j] - nq + 1)[1:-1] if bins[j] - nq > 1 else []
+            if info.step > 0:  # a bin's extent on the line starts at a value: edges on the column's value grid
+                even = np.ceil(np.asarray(even) / info.step - 1e-9) * info.step
+            edges = np.unique(np.concatenate([np.asarray(q[0], dtype=np.float64), even]))
+            edges = edges[edges >= info.lo]
             edges[0] = info.lo
             info.edges = edges
         bins[j] = info.bins
@@ -281,7 +289,6 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
         for j in range(len(infos)):
             con.execute(f"INSERT INTO {marg_t} SELECT {j}, gid, b{j}, count(*), sum(v{j}) FROM _densitas_binned "
                         "GROUP BY ALL")
-        marg_bytes = con.fetch_rows(f"SELECT count(*) FROM {marg_t}")[0][0] * MARG_CELL_BYTES
 
         # 5b. sum grids: per column, per (group, cell), the count and every numeric column's sum and non-NULL
         # count (SUM/AVG of one column under predicates on another)
@@ -299,7 +306,6 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
         for j in range(len(infos)):
             con.execute(f"INSERT INTO {sums_t} SELECT {j}, gid, {_coarse_sql(j, sum_res[j], bins[j])}, "
                         f"{', '.join(value_sql)} FROM _densitas_binned GROUP BY ALL")
-        marg_bytes += con.fetch_rows(f"SELECT count(*) FROM {sums_t}")[0][0] * sum_cell
 
         # 6. dependence of every pair on a 16 x 16 probe grid, then grids for the dependent pairs
         say("dependence", 0.4)
@@ -327,30 +333,37 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
                 h = np.zeros((n_groups, probe[a_], probe[b_]))
                 np.add.at(h, (gid_a[sel][keep], ca[keep] - 1, cb[keep] - 1), n_a[sel][keep])
                 scores[(a_, b_)] = dependence(h)
-        pair_budget = opts.shares[3] * budget
+        # the pair grids get what the histograms left (they are sparse), less the sample's share
+        pair_budget = budget * (1 - opts.shares[0]) - _stored_bytes(con, marg_t, sums_t, edges_t, groups_t)
         chosen = _choose_pairs(con, infos, bins, scores, opts, pair_budget, say)
         con.execute(f"CREATE TABLE {pairs_t} (pair SMALLINT, gid SMALLINT, c0 SMALLINT, c1 SMALLINT, n INTEGER)")
         grid_list: list[dict] = []
-        pair_cells = 0
         for pi, (pair, res, cells) in enumerate(chosen):
             frame = pd.DataFrame({"pair": np.full(len(cells[0]), pi, dtype=np.int16),
                                   "gid": cells[0].astype(np.int16), "c0": cells[1].astype(np.int16),
                                   "c1": cells[2].astype(np.int16), "n": cells[3].astype(np.int32)})
             con.insert_frame(pairs_t, frame)
-            pair_cells += len(frame)
             grid_list.append({"id": pi, "cols": list(pair), "res": list(res), "score": scores[pair]})
-        n_sample = opts.sample_size or int(max(2000, (budget - marg_bytes - pair_cells * PAIR_CELL_BYTES)
-                                               / (2 + 8 * k)))
+        used = _stored_bytes(con, marg_t, sums_t, pairs_t, edges_t, groups_t)
+        n_sample = opts.sample_size or int(max(2000, (budget - used) / (2 + 8 * k)))
         n_sample = min(n_sample, n_rows)
 
         # 6. the stratified sample: n_g proportional to the group's rows, at least min(N_g, 200)
         say("sample", 0.9)
         gsizes = np.array(con.fetch_rows(f"SELECT n FROM {groups_t} ORDER BY gid"), dtype=np.int64).ravel()
-        quota = np.minimum(gsizes, np.maximum(np.minimum(gsizes, 200),
-                                              np.round(n_sample * gsizes / gsizes.sum()).astype(np.int64)))
+
+        def quotas(f: float) -> np.ndarray:
+            return np.minimum(gsizes, np.maximum(np.minimum(gsizes, 200),
+                                                 np.floor(f * n_sample * gsizes / gsizes.sum()).astype(np.int64)))
+
+        lo_f, hi_f = 0.0, 1.0  # shrink the proportional part so that the floor of 200 rows keeps the budget
+        for _ in range(30):
+            mid = (lo_f + hi_f) / 2
+            lo_f, hi_f = (mid, hi_f) if quotas(mid).sum() <= n_sample else (lo_f, mid)
+        quota = quotas(1.0) if opts.sample_size or quotas(1.0).sum() <= n_sample else quotas(lo_f)
         con.execute("CREATE TEMP TABLE _densitas_quota AS SELECT unnest(range(?)) AS gid, unnest(?::BIGINT[]) AS q",
                     [len(quota), quota.tolist()])
-        con.execute(f"CREATE TABLE {sample_t} AS SELECT gid, {vals.replace('s.', '')} FROM ("
+        con.execute(f"CREATE TABLE {sample_t} AS SELECT gid::SMALLINT AS gid, {vals.replace('s.', '')} FROM ("
                     f"SELECT b.*, row_number() OVER (PARTITION BY b.gid ORDER BY "
                     f"hash(xor(hash(b.rowid), {int(opts.seed) * 7919 + 1}::UBIGINT))) "
                     f"AS rn FROM _densitas_binned b) t JOIN _densitas_quota USING (gid) WHERE rn <= q "
