@@ -59,7 +59,8 @@ class Engine:
         """Build the synopsis of ``table`` (replacing any previous one atomically); returns its metadata.
 
         ``options`` are :class:`~densitas.aqp.build.BuildOptions` fields: ``budget_bytes``, ``budget_fraction``
-        (default 0.01 of the table's storage), ``max_bins``, ``max_dims``, ``sample_size``, ``max_groups``,
+        (default 0.01 of the table's storage), ``max_bins``, ``max_pair_res``, ``min_dependence``, ``sample_size``,
+        ``max_groups``, ``shares``,
         ``seed``, ``bandwidth``.
         """
         fields = build_mod.BuildOptions.__dataclass_fields__

@@ -1,26 +1,33 @@
 """A synopsis in memory, and the estimators that answer a query from it.
 
-**Grid estimator (default).** For a query with predicate box ``B`` on the column set ``S`` and an aggregated
-value ``y`` (1 for COUNT(*), the column for SUM, its non-NULL indicator for COUNT(col)), the answer is
-``T = Σ_rows y·1_B(x)``. The grid of ``S`` holds exact per-cell totals ``Y_k``; within a cell the box covers a
-fraction ``f_k(B)`` of the cell's mass, the product over the cell's dimensions of the share of the fine
-one-dimensional histogram of that column (exact counts, bins as fine as the distinct values allow) that lies in
-``B``, and inside a fine bin the mass is spread uniformly over the bin's extent: the closed-form integral of a
-box kernel the width of the bin. ``Σ_k f_k(B)·Y_k`` is exact for cells inside or outside the box and an
-approximation on the cells it cuts. A uniform stratified sample corrects that approximation without bias
-(the difference or "GREG" estimator of survey sampling)::
+**Model estimator (default, ``method="grid"``).** A query with predicate box ``B`` over the column set ``S``
+and aggregated value ``y`` (1 for COUNT(*), the column for SUM, its non-NULL indicator for COUNT(col)) asks
+for ``T = Σ_rows y·1_B(x)`` per group. The synopsis models each group's joint distribution as a *tree* over
+``S``: the maximum spanning forest, by the build's dependence scores, of the stored pair grids among ``S``
+(a Chow–Liu tree restricted to the query). Columns with no stored pair between them are independent; a pair
+grid gives ``P(cell_v | cell_u)``; within a grid cell, and within a fine bin, positions follow the fine 1-D
+histogram with each bin's mass spread evenly over its extent (the closed-form integral of a box kernel as wide
+as the bin). The expectation is computed exactly for that model by message passing on the fine bins
+(``λ_u = φ_u·Π_children E[λ_v | cell of u]``, ``φ_u`` the box's share of each fine bin), so any number of
+predicate columns costs a few vector operations. ``y`` enters through its own bins when it is a predicate
+column, otherwise through the sum grid of the predicate column it depends on most (exact per-cell sums).
 
-    T̂ = Σ_k f_k(B)·Y_k + (N_g/n_g)·Σ_{i in sample} y_i·(1_B(x_i) − f_{k(i)}(B))
+Its error has three sources, each with a closed-form variance: rows placed evenly in fine bins the box cuts
+(Bernoulli, plus the squared disagreement with a linear density through the neighbouring bins), rows placed
+independently within pair-grid cells the box cuts, and the finite-population noise of independence between
+components. Their sum, scaled by ``MODEL_VAR_SCALE``, is the model's variance ``V``.
 
-per group ``g``. The correction is non-zero only for sample rows in cut cells, so its variance is that of
-those rows alone, small next to plain sampling, and it gives the confidence interval (normal, with the finite
-population correction; AVG by the delta method on SUM/COUNT).
+The stratified sample checks the model on every query: its Horvitz–Thompson estimate ``H`` (variance ``σ²``)
+disagrees with the model ``M`` by ``d = H − M``. When ``d² > 9(σ² + V)`` the model is biased for this query and
+its mean squared error is taken as ``d² − σ²``; otherwise it is ``V``. The answer is the composite
+``M + λ·d`` with ``λ = mse/(mse + σ²)`` and variance ``λ²σ² + (1 − λ)²·mse``; intervals are normal, AVG by the
+delta method. With the whole table as the sample (σ² = 0) the answer is exact; where the model is exact (V = 0:
+discrete columns, no independence assumed) it is kept as is.
 
 **KDE estimator** (``method="kde"``; documents 000 and 003). Each sample row carries a Gaussian kernel with the
 column's ``densitas.kde`` bandwidth, truncated to the column's range so that no mass leaks out of it (discrete
 columns keep point masses); the answer is ``(N/n)·Σ_i y_i·Π_j ∫_{B_j} K_j(x − x_ij) dx`` in closed form. It
-is kept for comparison: on the same budget the grid estimator is several times more accurate
-(benchmarks/RESULTS.md).
+is kept for comparison (benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
