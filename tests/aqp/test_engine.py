@@ -256,3 +256,18 @@ def test_date_bins_sit_on_the_day_grid(mem_engine):
         e = _exact(mem_engine, sql, "v")
         assert float(df["v"].iloc[0]) == pytest.approx(e, rel=tol)
         assert df["v_ci_low"].iloc[0] <= e <= df["v_ci_high"].iloc[0]
+
+
+def test_old_synopsis_format_asks_for_a_rebuild(tmp_path):
+    path = str(tmp_path / "v.duckdb")
+    eng = Engine(path)
+    eng.con.execute("CREATE TABLE t AS SELECT i::DOUBLE AS x FROM range(1000) r(i)")
+    eng.build("t")
+    eng.con.execute("UPDATE densitas.synopses SET version = 1")
+    eng.close()
+    fresh = Engine(path)
+    with pytest.raises(InputError, match=r"format version 1.*rebuild"):
+        fresh.query("SELECT COUNT(*) FROM t WHERE x < 10")
+    fresh.build("t")
+    assert fresh.query("SELECT COUNT(*) AS n FROM t WHERE x < 10")["n"].iloc[0] == pytest.approx(10, abs=1e-6)
+    fresh.close()
