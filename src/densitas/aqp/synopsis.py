@@ -243,6 +243,8 @@ class Synopsis:
         if q.group_by:
             ck = (tuple(q.group_by), gmask.tobytes())
             if ck not in self._label_cache:
+                if len(self._label_cache) > 256:  # distinct group filters are few in practice; stay bounded
+                    self._label_cache.clear()
                 labels = self.groups.loc[gids, list(q.group_by)].reset_index(drop=True)
                 codes = labels.groupby(list(q.group_by), dropna=False, sort=True).ngroup().to_numpy()
                 first = labels.drop_duplicates().assign(_c=codes[~labels.duplicated().to_numpy()])
