@@ -157,7 +157,7 @@ class Synopsis:
                  "=": (v, True, v, True)}[c.op]]
 
     def _fractions(self, j: int, ivals: list) -> np.ndarray:
-        """(G, B_j + 1): the share of each fine bin's rows that satisfy the condition (bin 0, NULL, never)."""
+        """(B_j + 1,): the share of each fine bin's rows that satisfy the condition (bin 0, NULL, never)."""
         info = self.infos[j]
         e = info.edges
         if info.discrete:
@@ -165,14 +165,14 @@ class Synopsis:
             for lo, loi, hi, hii in ivals:
                 ok = ((e > lo) | ((e == lo) & loi)) & ((e < hi) | ((e == hi) & hii))
                 f[1:] += ok
-            return np.broadcast_to(np.minimum(f, 1.0), (len(self.N), len(e) + 1))
+            return np.minimum(f, 1.0)
         upper = info.uppers()
         width = upper - e
         f = np.zeros(len(e) + 1)
         for lo, loi, hi, hii in ivals:
             L, U = _half_open(info, lo, loi, hi, hii)
             f[1:] += np.clip(np.minimum(upper, U) - np.maximum(e, L), 0.0, None) / width
-        return np.broadcast_to(np.minimum(f, 1.0), (len(self.N), len(e) + 1))
+        return np.minimum(f, 1.0)
 
     def _slope_var(self, j: int, ivals: list) -> np.ndarray:
         """(G,): squared disagreement, summed over the fine bins the box cuts, between the uniform spread within
@@ -308,7 +308,8 @@ class Synopsis:
         return out
 
     def _cell_mean(self, j: int, x: np.ndarray, starts: np.ndarray) -> np.ndarray:
-        """(G, cells): the count-weighted mean of the per-fine-bin ``x`` of column ``j`` within each cell."""
+        """(G, cells): the count-weighted mean of the per-fine-bin ``x`` ((B_j + 1,) or (G, B_j + 1)) of column
+        ``j`` within each cell."""
         w = self.fine[j]
         num = np.add.reduceat(w * x, starts, axis=1)
         den = np.add.reduceat(w, starts, axis=1)
@@ -349,7 +350,7 @@ class Synopsis:
         function giving per-group variances of linear combinations of the keys."""
         G = len(self.N)
         S = list(cols)
-        phis = {u: self._fractions(u, box[u])[0] for u in S}
+        phis = {u: self._fractions(u, box[u]) for u in S}
         edges = self._tree(S)
         adj: dict[int, list[int]] = {u: [] for u in S}
         for a, b in edges:
@@ -382,8 +383,8 @@ class Synopsis:
                 rv += np.where(den > 0, num / np.where(den > 0, den, 1) ** 2, 0.0)
             for a, b in edges:
                 pair = self.pairs[(a, b)]
-                qa = self._cell_mean(a, np.broadcast_to(phis[a], self.fine[a].shape), pair.starts[0])
-                qb = self._cell_mean(b, np.broadcast_to(phis[b], self.fine[b].shape), pair.starts[1])
+                qa = self._cell_mean(a, phis[a], pair.starts[0])
+                qb = self._cell_mean(b, phis[b], pair.starts[1])
                 qq = qa[pair.gid, pair.c[0]] * qb[pair.gid, pair.c[1]]
                 num = np.bincount(pair.gid, pair.n * qq * (1 - qq), minlength=G)
                 den = np.bincount(pair.gid, pair.n * qq, minlength=G)
@@ -415,7 +416,7 @@ class Synopsis:
                     ratio = np.where(n_c > 0, tot[(kind, j)] / np.where(n_c > 0, n_c, 1), 0.0)
                 f = ratio[:, cmap]
                 st = _starts(cmap)
-                qc = self._cell_mean(u, np.broadcast_to(phis[u], self.fine[u].shape), st)
+                qc = self._cell_mean(u, phis[u], st)
                 with np.errstate(invalid="ignore", divide="ignore"):
                     num = (n_c * qc * (1 - qc)).sum(axis=1)
                     den = (n_c * qc).sum(axis=1)
