@@ -40,6 +40,9 @@ __all__ = ["BuildOptions", "build", "ensure_schema", "fingerprint_sql"]
 SCHEMA = "densitas"
 FORMAT_VERSION = 2
 KINDS = ("marg", "sums", "pairs", "sample", "edges", "groups")
+# bin, cell and group numbers are stored as SMALLINT: BuildOptions keeps max_bins and max_groups (and with them
+# every bin, cell and group id) within its range
+INDEX_MAX = 32767
 
 
 @dataclass
@@ -62,8 +65,10 @@ class BuildOptions:
             raise InputError(f"budget_bytes must be a positive integer, got {self.budget_bytes!r}.")
         if not 0 < self.budget_fraction <= 1:
             raise InputError(f"budget_fraction must be in (0, 1], got {self.budget_fraction!r}.")
-        if not isinstance(self.max_bins, int) or not 2 <= self.max_bins <= 65536:
-            raise InputError(f"max_bins must be an integer in [2, 65536], got {self.max_bins!r}.")
+        if isinstance(self.max_bins, bool) or not isinstance(self.max_bins, int) \
+                or not 2 <= self.max_bins <= INDEX_MAX:
+            raise InputError(f"The 'max_bins' parameter of BuildOptions must be an integer in [2, {INDEX_MAX}] "
+                             f"(bin numbers are stored as SMALLINT). Got {self.max_bins!r} instead.")
         if not isinstance(self.max_pair_res, int) or not 2 <= self.max_pair_res <= 4096:
             raise InputError(f"max_pair_res must be an integer in [2, 4096], got {self.max_pair_res!r}.")
         if not 0 <= self.min_dependence < 1:
@@ -73,8 +78,10 @@ class BuildOptions:
             raise InputError(f"shares must be four fractions summing to 1, got {self.shares!r}.")
         if self.sample_size is not None and (not isinstance(self.sample_size, int) or self.sample_size < 10):
             raise InputError(f"sample_size must be an integer >= 10, got {self.sample_size!r}.")
-        if not isinstance(self.max_groups, int) or self.max_groups < 1:
-            raise InputError(f"max_groups must be a positive integer, got {self.max_groups!r}.")
+        if isinstance(self.max_groups, bool) or not isinstance(self.max_groups, int) \
+                or not 1 <= self.max_groups <= INDEX_MAX:
+            raise InputError(f"The 'max_groups' parameter of BuildOptions must be an integer in [1, {INDEX_MAX}] "
+                             f"(group ids are stored as SMALLINT). Got {self.max_groups!r} instead.")
 
 
 def ensure_schema(con: Connector) -> None:
