@@ -220,9 +220,19 @@ class TableResult:
     def meets_goals(self) -> bool:
         return bool(self.answers) and all(self.goals.values())
 
-    def worst(self, k: int = 5) -> list[Answer]:
-        """The ``k`` answers with the largest error."""
-        return sorted(self.answers, key=lambda a: -a.err)[:k]
+    def worst(self, k: int = 5, *, per_query: bool = True) -> list[Answer]:
+        """The ``k`` answers with the largest error; ``per_query``: at most one (its worst) per query, so that
+        the groups of one grouped query do not fill the list."""
+        out: list[Answer] = []
+        seen: set[int] = set()
+        for a in sorted(self.answers, key=lambda a: -a.err):
+            if per_query and a.query in seen:
+                continue
+            seen.add(a.query)
+            out.append(a)
+            if len(out) == k:
+                break
+        return out
 
     def summary(self) -> dict[str, Any]:
         """A JSON-able summary (no answers)."""

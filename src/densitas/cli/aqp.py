@@ -141,7 +141,7 @@ def print_evaluation(res, worst: int = 5) -> None:
     console.print("goals: " + " · ".join(f"{k} {'[green]yes[/]' if ok else '[red]NO[/]'}"
                                          for k, ok in res.goals.items()))
     if worst and res.answers:
-        w = Table(title=f"{res.table}: the {min(worst, len(res.answers))} worst answers", box=box.SIMPLE_HEAD)
+        w = Table(title=f"{res.table}: the worst answers (one per query)", box=box.SIMPLE_HEAD)
         for c in ("error", "estimate", "95% interval", "truth", "peer", "group", "sql"):
             w.add_column(c, justify="left" if c in ("group", "sql") else "right", overflow="fold")
         for a in res.worst(worst):
