@@ -14,20 +14,28 @@ import os as _os
 _os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 from densitas.exceptions import (
+    DatabaseError,
     DensitasError,
     DeviceError,
     InputError,
+    NoSynopsisError,
     NotFittedError,
+    ResultTooLargeError,
+    StaleSynopsisError,
     UnsupportedQueryError,
 )
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "DatabaseError",
     "DensitasError",
     "DeviceError",
     "InputError",
+    "NoSynopsisError",
     "NotFittedError",
+    "ResultTooLargeError",
+    "StaleSynopsisError",
     "UnsupportedQueryError",
     "__version__",
 ]

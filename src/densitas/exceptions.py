@@ -7,10 +7,13 @@ the builtin a Python user would catch for that situation, so ``except ValueError
 from __future__ import annotations
 
 __all__ = [
+    "DatabaseError",
     "DensitasError",
     "DeviceError",
     "InputError",
+    "NoSynopsisError",
     "NotFittedError",
+    "ResultTooLargeError",
     "StaleSynopsisError",
     "UnsupportedQueryError",
 ]
@@ -38,3 +41,16 @@ class UnsupportedQueryError(DensitasError, NotImplementedError):
 
 class StaleSynopsisError(DensitasError, RuntimeError):
     """A synopsis no longer matches its table (rows or content changed since it was built)."""
+
+
+class NoSynopsisError(DensitasError, LookupError):
+    """A table has no synopsis (or the database holds no synopses at all); build one first."""
+
+
+class DatabaseError(DensitasError, RuntimeError):
+    """The database failed to run a statement (locked file, I/O error, read-only database, ...); the message
+    carries the database's own one-line reason."""
+
+
+class ResultTooLargeError(DensitasError, RuntimeError):
+    """An exact answer has more rows than the caller allowed (``max_rows``)."""

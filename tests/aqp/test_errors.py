@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import duckdb
 import pytest
+import sqlglot
 
+from densitas.aqp import Engine
 from densitas.aqp import build as build_mod
-from densitas.exceptions import DensitasError, InputError
+from densitas.exceptions import (
+    DatabaseError,
+    DensitasError,
+    InputError,
+    NoSynopsisError,
+    ResultTooLargeError,
+    StaleSynopsisError,
+    UnsupportedQueryError,
+)
 
 
 @pytest.mark.parametrize("value", [32768, 40000, 65536, 1, True, 2.5])
@@ -34,3 +45,146 @@ def test_max_groups_outside_the_stored_range_is_refused(mem_engine, value):
 def test_build_option_errors_are_densitas_errors():
     with pytest.raises(DensitasError):
         build_mod.BuildOptions(max_bins=10**6).check()
+
+
+# ---- NoSynopsisError ------------------------------------------------------------------------------------------
+def _small(con, name="t"):
+    con.execute(f"CREATE TABLE {name} AS SELECT (i % 100)::DOUBLE AS x, (i % 7)::INTEGER AS k, "
+                "CASE WHEN i % 2 = 0 THEN 'a' ELSE 'b' END AS g FROM range(5000) r(i)")
+
+
+def test_a_table_without_synopsis_raises_no_synopsis_error(mem_engine):
+    _small(mem_engine.con)
+    with pytest.raises(NoSynopsisError):  # no catalog at all yet
+        mem_engine.query("SELECT COUNT(*) FROM t")
+    _small(mem_engine.con, "u")
+    mem_engine.build("u", ["x"])
+    with pytest.raises(LookupError):  # a catalog, but not this table
+        mem_engine.query("SELECT COUNT(*) FROM t")
+    df = mem_engine.query("SELECT COUNT(*) AS n FROM t WHERE x < 10", fallback="exact")
+    assert df.attrs["method"] == "exact" and df["n"].iloc[0] == 500
+
+
+# ---- database errors are DensitasErrors -----------------------------------------------------------------------
+def test_missing_tables_and_columns_are_input_errors(mem_engine):
+    _small(mem_engine.con)
+    mem_engine.build("t", ["x", "k"])
+    for sql in ["SELECT COUNT(*) FROM nope", "SELECT SUM(nope) FROM t", "SELECT MAX(nope) FROM t"]:
+        with pytest.raises(InputError):
+            mem_engine.exact(sql)
+    with pytest.raises(InputError):
+        mem_engine.query("SELECT COUNT(*) FROM nope", fallback="exact")
+
+
+def test_database_failures_are_database_errors(tmp_path):
+    path = tmp_path / "ro.duckdb"
+    con = duckdb.connect(str(path))
+    _small(con)
+    con.close()
+    with Engine(str(path), read_only=True) as eng:
+        with pytest.raises(DatabaseError):  # writing to a read-only database
+            eng.build("t", ["x"])
+    eng = Engine(duckdb.connect())
+    eng.con.execute("SELECT 1")
+    eng.close()
+    with pytest.raises(DatabaseError):  # was swallowed into an empty frame
+        eng.synopses()
+
+
+def test_synopses_is_empty_without_a_catalog(mem_engine):
+    assert mem_engine.synopses().empty
+    _small(mem_engine.con)
+    mem_engine.build("t", ["x"])
+    assert list(mem_engine.synopses()["table_name"]) == ["t"]
+
+
+def test_a_dropped_column_makes_the_synopsis_stale(mem_engine):
+    _small(mem_engine.con)
+    mem_engine.build("t", ["x", "k"])
+    mem_engine.con.execute("ALTER TABLE t DROP COLUMN k")
+    with pytest.raises(StaleSynopsisError):
+        mem_engine.query("SELECT COUNT(*) FROM t WHERE x < 3")
+
+
+# ---- the exact path runs one read-only SELECT -------------------------------------------------------------
+WRITES = [
+    "SELECT COUNT(*) FROM t; DROP TABLE t",
+    "SELECT COUNT(*) AS n FROM t WHERE x < 3; DELETE FROM t",
+    "DROP TABLE t",
+    "DELETE FROM t",
+    "SELECT * INTO t2 FROM t",
+    "CREATE TABLE t2 AS SELECT * FROM t",
+    "SELECT 1 UNION SELECT 2",
+    "SELECT nextval('s')",
+    "COPY t TO 'x.csv'",
+]
+
+
+@pytest.mark.parametrize("sql", WRITES)
+def test_exact_refuses_anything_but_one_read_only_select(mem_engine, sql):
+    _small(mem_engine.con)
+    mem_engine.con.execute("CREATE SEQUENCE s")
+    with pytest.raises((UnsupportedQueryError, InputError)):
+        mem_engine.exact(sql)
+    with pytest.raises((UnsupportedQueryError, InputError)):
+        mem_engine.exact_sql(sql)
+    with pytest.raises((UnsupportedQueryError, InputError)):
+        mem_engine.query(sql, fallback="exact")
+    assert mem_engine.con.fetch_rows("SELECT count(*) FROM t")[0][0] == 5000
+    assert mem_engine.con.fetch_rows("SELECT nextval('s')")[0][0] == 1
+
+
+def test_exact_runs_the_rebuilt_statement(mem_engine):
+    _small(mem_engine.con)
+    for sql in ["SELECT COUNT(*) AS n FROM t WHERE x BETWEEN 10 AND 19", "SELECT MAX(x) AS m FROM t;",
+                "SELECT COUNT(*) AS n FROM t WHERE x IN (SELECT x FROM t WHERE k = 0) AND x < 10"]:
+        assert len(sqlglot.parse(mem_engine.exact_sql(sql), dialect="duckdb")) == 1
+    assert mem_engine.exact("SELECT COUNT(*) AS n FROM t WHERE x BETWEEN 10 AND 19")["n"].iloc[0] == 500
+    assert mem_engine.exact("SELECT MAX(x) AS m FROM t;")["m"].iloc[0] == 99
+
+
+def test_exact_answers_are_bounded(mem_engine):
+    _small(mem_engine.con)
+    sql = "SELECT x, COUNT(*) AS n FROM t GROUP BY x"  # 100 groups
+    with pytest.raises(ResultTooLargeError):
+        mem_engine.exact(sql, max_rows=99)
+    assert len(mem_engine.exact(sql, max_rows=100)) == 100
+    assert len(mem_engine.exact(sql, max_rows=None)) == 100
+    with pytest.raises(ResultTooLargeError):
+        mem_engine.exact("SELECT x FROM t", max_rows=4999)
+    with pytest.raises(ResultTooLargeError):  # a LIMIT of its own above the bound
+        mem_engine.exact("SELECT x FROM t ORDER BY x LIMIT 200", max_rows=150)
+    assert len(mem_engine.exact("SELECT x FROM t ORDER BY x LIMIT 200", max_rows=300)) == 200
+    with pytest.raises(ResultTooLargeError):  # the fallback is bounded too
+        mem_engine.query(sql, fallback="exact", max_rows=50)
+    limit = sqlglot.parse_one(mem_engine.exact_sql(sql, max_rows=10), dialect="duckdb").args["limit"]
+    assert int(limit.expression.this) == 11  # the database returns at most max_rows + 1 rows
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(InputError):
+            mem_engine.exact(sql, max_rows=bad)
+
+
+# ---- table names are matched as the database matches them ---------------------------------------------------
+def test_table_names_are_case_insensitive(mem_engine):
+    _small(mem_engine.con)
+    mem_engine.build("t", ["x", "k"])
+    expected = mem_engine.query("SELECT COUNT(*) AS n FROM t WHERE x < 10")["n"].iloc[0]
+    fresh = Engine(mem_engine.con)  # nothing cached: found through the catalog
+    for sql in ["SELECT COUNT(*) AS n FROM T WHERE x < 10", 'SELECT COUNT(*) AS n FROM "T" WHERE x < 10']:
+        for eng in (fresh, mem_engine):
+            df = eng.query(sql)
+            assert df.attrs["method"] == "grid"
+            assert df["n"].iloc[0] == expected
+    fresh.validate("T")
+
+
+# ---- GROUP BY on a synopsis column that is not a group column ----------------------------------------------
+def test_group_by_a_non_group_column_is_unsupported(mem_engine):
+    _small(mem_engine.con)
+    mem_engine.build("t", ["x", "k"], group_by=["g"])
+    sql = "SELECT k, COUNT(*) AS n FROM t GROUP BY k"
+    with pytest.raises(UnsupportedQueryError):
+        mem_engine.query(sql)
+    df = mem_engine.query(sql, fallback="exact")
+    assert df.attrs["method"] == "exact" and len(df) == 7
+    assert mem_engine.query("SELECT g, COUNT(*) AS n FROM t GROUP BY g").attrs["method"] == "grid"

@@ -10,6 +10,13 @@ from __future__ import annotations
 from densitas.aqp.connector import Connector, DuckDBConnector
 from densitas.aqp.engine import Engine
 from densitas.aqp.sql import parse
-from densitas.exceptions import StaleSynopsisError, UnsupportedQueryError
+from densitas.exceptions import (
+    DatabaseError,
+    NoSynopsisError,
+    ResultTooLargeError,
+    StaleSynopsisError,
+    UnsupportedQueryError,
+)
 
-__all__ = ["Connector", "DuckDBConnector", "Engine", "StaleSynopsisError", "UnsupportedQueryError", "parse"]
+__all__ = ["Connector", "DatabaseError", "DuckDBConnector", "Engine", "NoSynopsisError", "ResultTooLargeError",
+           "StaleSynopsisError", "UnsupportedQueryError", "parse"]

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
 
-from densitas.exceptions import InputError
+from densitas.exceptions import DatabaseError, InputError
 
 __all__ = ["Connector", "DuckDBConnector", "connect", "quote"]
 
@@ -32,7 +32,12 @@ def table_ref(name: str) -> str:
 
 
 class Connector(Protocol):
-    """What :class:`~densitas.aqp.Engine` asks of a database."""
+    """What :class:`~densitas.aqp.Engine` asks of a database.
+
+    Every method raises :class:`~densitas.DensitasError` subclasses only: :class:`~densitas.InputError` when
+    the SQL names a table or column the database does not hold, :class:`~densitas.DatabaseError` for any other
+    failure of the database (a locked file, I/O, a read-only database, ...).
+    """
 
     def execute(self, sql: str, params: list | None = None) -> None: ...
 
@@ -57,9 +62,29 @@ class Connector(Protocol):
     def transaction(self) -> contextlib.AbstractContextManager: ...
 
 
+def _one_line(exc: BaseException) -> str:
+    """DuckDB's message up to its first blank line (the ``LINE 1: ...`` pointer follows it), on one line."""
+    text = str(exc).strip().split("\n\n", 1)[0]
+    return " ".join(part.strip() for part in text.splitlines() if part.strip())
+
+
+def _translate(exc: Exception, what: str = "the database could not run the statement") -> Exception:
+    """The DensitasError for a DuckDB exception: unknown tables, columns and bad SQL are InputErrors (DuckDB's
+    message names the table or column), everything else a DatabaseError."""
+    import duckdb
+
+    if isinstance(exc, (duckdb.CatalogException, duckdb.BinderException, duckdb.ParserException)):
+        return InputError(f"{what}: {_one_line(exc)}")
+    return DatabaseError(f"{what}: {_one_line(exc)}")
+
+
 class DuckDBConnector:
     """A DuckDB database (file path or open connection). One cursor per thread: DuckDB connections are not
-    safe to share between threads, cursors of one connection are."""
+    safe to share between threads, cursors of one connection are.
+
+    DuckDB's own exceptions are raised as :class:`~densitas.InputError` (unknown table or column, SQL that does
+    not parse) or :class:`~densitas.DatabaseError` (everything else), with DuckDB's message on one line.
+    """
 
     def __init__(self, database: Any, *, read_only: bool = False) -> None:
         import duckdb
@@ -71,9 +96,19 @@ class DuckDBConnector:
             p = str(database)
             if p != ":memory:" and not read_only and not Path(p).parent.exists():
                 raise InputError(f"database {p!r}: the folder {str(Path(p).parent)!r} does not exist.")
-            if read_only and not Path(p).exists():
-                raise InputError(f"database {p!r} does not exist.")
-            self._con = duckdb.connect(p, read_only=read_only)
+            if read_only and p != ":memory:" and not Path(p).is_file():
+                raise InputError(f"database {p!r} does not exist (it is opened read-only, so it is not created).")
+            try:
+                self._con = duckdb.connect(p, read_only=read_only)
+            except duckdb.IOException as exc:
+                if "lock" in str(exc).lower():
+                    why = ("another process is writing to it (a build in progress?); retry when it has finished"
+                           if read_only else "another process has it open; it can be written only when no other "
+                           "process holds it")
+                    raise DatabaseError(f"database {p!r} is locked: {why}. ({_one_line(exc)})") from None
+                raise _translate(exc, f"cannot open database {p!r}") from None
+            except duckdb.Error as exc:
+                raise _translate(exc, f"cannot open database {p!r}") from None
             self.path = p
         else:
             raise InputError(f"database must be a DuckDB file path or connection, got {type(database).__name__}.")
@@ -89,23 +124,40 @@ class DuckDBConnector:
             self._local.cur = cur
         return cur
 
+    def _run(self, sql: str, params: list | None, fetch: Callable[[Any], Any] | None = None) -> Any:
+        """Run ``sql`` on this thread's cursor, then ``fetch`` its result; DuckDB's errors become DensitasErrors."""
+        import duckdb
+
+        try:
+            res = self.cursor.execute(sql, params)
+            return fetch(res) if fetch is not None else None
+        except duckdb.InterruptException:
+            raise
+        except duckdb.Error as exc:
+            raise _translate(exc) from None
+
     def execute(self, sql: str, params: list | None = None) -> None:
-        self.cursor.execute(sql, params)
+        """Run ``sql`` (with ``?`` parameters ``params``)."""
+        self._run(sql, params)
 
     def fetch_df(self, sql: str, params: list | None = None) -> pd.DataFrame:
-        return self.cursor.execute(sql, params).df()
+        """The result of ``sql`` as a DataFrame."""
+        return self._run(sql, params, lambda r: r.df())
 
     def fetch_rows(self, sql: str, params: list | None = None) -> list[tuple]:
-        return self.cursor.execute(sql, params).fetchall()
+        """The result of ``sql`` as a list of tuples."""
+        return self._run(sql, params, lambda r: r.fetchall())
 
     def fetch_numpy(self, sql: str, params: list | None = None) -> dict[str, np.ndarray]:
-        return self.cursor.execute(sql, params).fetchnumpy()
+        """The result of ``sql`` as one NumPy array per column."""
+        return self._run(sql, params, lambda r: r.fetchnumpy())
 
     def insert_frame(self, table: str, frame: pd.DataFrame) -> None:
+        """Append the rows of ``frame`` (columns in the table's order) to ``table``."""
         cur = self.cursor
         cur.register("_densitas_frame", frame)
         try:
-            cur.execute(f"INSERT INTO {table} SELECT * FROM _densitas_frame")
+            self._run(f"INSERT INTO {table} SELECT * FROM _densitas_frame", None)
         finally:
             cur.unregister("_densitas_frame")
 
@@ -141,14 +193,14 @@ class DuckDBConnector:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
-        cur = self.cursor
-        cur.execute("BEGIN TRANSACTION")
+        """Run the block as one transaction: committed when it ends, rolled back when it raises."""
+        self.execute("BEGIN TRANSACTION")
         try:
             yield
         except BaseException:
-            cur.execute("ROLLBACK")
+            self.execute("ROLLBACK")
             raise
-        cur.execute("COMMIT")
+        self.execute("COMMIT")
 
     def close(self) -> None:
         self._con.close()

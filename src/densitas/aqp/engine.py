@@ -9,17 +9,27 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from sqlglot import exp
 
 from densitas.aqp import build as build_mod
 from densitas.aqp import synopsis as syn_mod
-from densitas.aqp.connector import Connector, connect, quote, table_ref
-from densitas.aqp.sql import Query, parse
-from densitas.exceptions import DensitasError, InputError, StaleSynopsisError, UnsupportedQueryError
+from densitas.aqp.connector import Connector, connect, table_ref
+from densitas.aqp.sql import Query, exact_select, parse, read_only_select
+from densitas.exceptions import (
+    InputError,
+    NoSynopsisError,
+    ResultTooLargeError,
+    StaleSynopsisError,
+    UnsupportedQueryError,
+)
 
 __all__ = ["Engine"]
 
 FALLBACKS = ("error", "exact")
 METHODS = ("grid", "kde")
+MAX_ROWS = 100_000  # default bound on the rows of an exact answer
+SYNOPSES_COLUMNS = ["table_name", "rows", "size_bytes", "table_bytes", "build_seconds", "created_at", "columns",
+                    "group_by"]
 
 
 class Engine:
@@ -87,13 +97,43 @@ class Engine:
         return meta
 
     def synopses(self) -> pd.DataFrame:
-        """One row per synopsis: table, rows, size, build time, columns, group_by, created_at."""
+        """One row per synopsis: table, rows, size, build time, columns, group_by, created_at.
+
+        An empty frame when the database holds no synopses; a failing database raises
+        :class:`~densitas.DatabaseError`.
+        """
+        if not self._has_catalog():
+            return pd.DataFrame(columns=SYNOPSES_COLUMNS)
+        return self.con.fetch_df(f"SELECT {', '.join(SYNOPSES_COLUMNS)} FROM {build_mod.SCHEMA}.synopses "
+                                 "ORDER BY table_name")
+
+    def _has_catalog(self) -> bool:
+        """Whether the database holds the synopses catalog (``densitas.synopses``)."""
         try:
-            return self.con.fetch_df(f"SELECT table_name, rows, size_bytes, table_bytes, build_seconds, created_at, "
-                                     f"columns, group_by FROM {build_mod.SCHEMA}.synopses ORDER BY table_name")
-        except Exception:
-            return pd.DataFrame(columns=["table_name", "rows", "size_bytes", "table_bytes", "build_seconds",
-                                         "created_at", "columns", "group_by"])
+            self.con.columns(f"{build_mod.SCHEMA}.synopses")
+        except InputError:  # the connector's answer for a table that does not exist
+            return False
+        return True
+
+    def _resolve(self, table: str) -> str:
+        """The name ``table``'s synopsis is stored under, matched as the database matches identifiers: exactly,
+        else case-insensitively (``FROM LINEITEM`` finds ``lineitem``). Raises NoSynopsisError when none."""
+        names: list[str] = []
+        if self._has_catalog():
+            names = [r[0] for r in self.con.fetch_rows(f"SELECT table_name FROM {build_mod.SCHEMA}.synopses")]
+        if table in names:
+            return table
+        folded = [n for n in names if n.lower() == table.lower()]
+        if len(folded) == 1:
+            return folded[0]
+        if len(folded) > 1:
+            raise InputError(f"table {table!r} matches the synopses of {sorted(folded)} up to case; name it exactly.")
+        try:  # a table that does not exist at all is an input error, not a missing synopsis
+            self.con.fetch_rows(f"SELECT 1 FROM {table_ref(table)} LIMIT 0")
+        except InputError:
+            raise InputError(f"table {table!r} does not exist in the database.") from None
+        raise NoSynopsisError(f"table {table!r} has no synopsis; build one first (densitas build / Engine.build)"
+                              + (f"; synopses exist for {sorted(names)}." if names else "."))
 
     def validate(self, table: str) -> None:
         """Raise :class:`StaleSynopsisError` when ``table`` changed since its synopsis was built."""
@@ -104,7 +144,7 @@ class Engine:
         cols = [i.name for i in syn.infos] + syn.group_by
         try:
             n, h = self.con.fetch_rows(build_mod.fingerprint_sql(syn.table, cols))[0]
-        except Exception as exc:
+        except InputError as exc:  # the table or one of its columns is gone
             raise StaleSynopsisError(f"synopsis of {syn.table!r} no longer matches its table: {exc}") from None
         if f"{int(n)}:{h}" != syn.meta["fingerprint"]:
             built_rows = syn.meta["rows"]
@@ -115,12 +155,21 @@ class Engine:
 
     def _load(self, table: str, force: bool = False) -> syn_mod.Synopsis:
         with self._lock:
-            hit = self._cache.get(table)
+            hit = None if force else self._cache.get(table)
+            if hit is None and not force:  # the table named in another case ("FROM LINEITEM")
+                name = next((t for t in self._cache if t.lower() == table.lower()), None)
+                if name is not None:
+                    table, hit = name, self._cache[name]
             now = time.monotonic()
-            if hit is not None and not force:
+            if hit is not None:
                 syn, checked = hit
                 if now - checked > self.recheck_seconds:
-                    n = self.con.fetch_rows(f"SELECT count(*) FROM {table_ref(table)}")[0][0]
+                    try:
+                        n = self.con.fetch_rows(f"SELECT count(*) FROM {table_ref(table)}")[0][0]
+                    except InputError as exc:  # the table is gone
+                        self._cache.pop(table, None)
+                        raise StaleSynopsisError(f"synopsis of {table!r} no longer matches its table: {exc}") \
+                            from None
                     if int(n) != int(syn.meta["rows"]):
                         self._cache.pop(table, None)
                         raise StaleSynopsisError(f"synopsis of {table!r} is stale: the table has {int(n)} rows, "
@@ -128,6 +177,7 @@ class Engine:
                                                  "query with fallback='exact'.")
                     self._cache[table] = (syn, now)
                 return syn
+            table = self._resolve(table)
             syn = syn_mod.load(self.con, table)
             self._check_fingerprint(syn)
             self._cache[table] = (syn, now)
@@ -135,14 +185,15 @@ class Engine:
 
     # ---- queries ----------------------------------------------------------------------------------------------
     def query(self, sql: str, *, confidence: float = 0.95, fallback: str = "error",
-              method: str = "grid") -> pd.DataFrame:
+              method: str = "grid", max_rows: int = MAX_ROWS) -> pd.DataFrame:
         """Answer ``sql`` from the table's synopsis.
 
         Returns a DataFrame: the GROUP BY columns, then for each aggregate (named by its alias, or ``count``,
         ``count_<col>``, ``sum_<col>``, ``avg_<col>``) the estimate, ``<alias>_ci_low`` and ``<alias>_ci_high``.
         ``df.attrs`` says how it was answered (``method``: grid, kde or exact; ``reason`` when it fell back).
         ``fallback="exact"`` runs in the database what the synopsis cannot answer (unsupported SQL, columns not
-        in the synopsis, a stale synopsis) instead of raising.
+        in the synopsis, a stale synopsis, a table without a synopsis) instead of raising, through :meth:`exact`
+        with at most ``max_rows`` rows.
         """
         if fallback not in FALLBACKS:
             raise InputError(f"fallback must be one of {FALLBACKS}, got {fallback!r}.")
@@ -154,19 +205,14 @@ class Engine:
         try:
             q = parse(sql)
             syn = self._load(q.table)
+            self._check_group_by(q, syn)
             out, results = syn.estimate(q, method=method)
-        except (UnsupportedQueryError, StaleSynopsisError) as exc:
+        except (UnsupportedQueryError, StaleSynopsisError, NoSynopsisError) as exc:
             if fallback == "error":
                 raise
-            df = self.exact(sql)
+            df = self.exact(sql, max_rows=max_rows)
             df.attrs["reason"] = str(exc)
             return df
-        except InputError as exc:
-            if fallback == "exact" and "has no synopsis" in str(exc):
-                df = self.exact(sql)
-                df.attrs["reason"] = str(exc)
-                return df
-            raise
         z = syn_mod.z_value(confidence)
         data = dict(out)
         for r in results:
@@ -191,40 +237,96 @@ class Engine:
         return df
 
     @staticmethod
+    def _check_group_by(q: Query, syn: syn_mod.Synopsis) -> None:
+        """A GROUP BY column must be one of the synopsis's group_by columns; a synopsis column that is not is
+        named as such (rather than as a column missing from the synopsis)."""
+        columns = {info.name for info in syn.infos}
+        for g in q.group_by:
+            if g not in syn.group_by and g in columns:
+                raise UnsupportedQueryError(
+                    f"GROUP BY {g!r}: the column is in the synopsis of {syn.table!r} but is not one of its GROUP BY "
+                    f"columns, which are {syn.group_by}; rebuild with group_by including {g!r} or use "
+                    "fallback='exact'")
+
+    @staticmethod
     def _order(df: pd.DataFrame, q: Query) -> pd.DataFrame:
         if q.order_by:
             df = df.sort_values([c for c, _ in q.order_by], ascending=[not d for _, d in q.order_by])
         return df.reset_index(drop=True)
 
-    def exact_sql(self, sql: str) -> str:
-        """The SQL run by :meth:`exact`: the query with the engine's output names, groups in order."""
+    def exact_sql(self, sql: str, max_rows: int | None = None) -> str:
+        """The SQL that :meth:`exact` runs for ``sql``.
+
+        Parameters
+        ----------
+        sql : str
+            Exactly one read-only SELECT (see :func:`~densitas.aqp.sql.read_only_select`).
+        max_rows : int or None
+            When given, the statement returns at most ``max_rows + 1`` rows.
+
+        Returns
+        -------
+        str
+            For a query the engine parses, the SELECT rebuilt with the engine's output names (groups in order);
+            for any other SELECT, the parsed statement rendered again. Never ``sql`` itself.
+
+        Raises
+        ------
+        UnsupportedQueryError
+            ``sql`` is not one read-only SELECT (several statements, DDL, DML, ``SELECT ... INTO``, ...).
+        InputError
+            ``sql`` does not parse.
+        """
+        tree = read_only_select(sql)
         try:
             q = parse(sql)
         except UnsupportedQueryError:
-            return sql
-        sel = [quote(g) for g in q.group_by]
-        for a in q.aggregates:
-            arg = "*" if a.column is None else quote(a.column)
-            sel.append(f"{a.func.upper()}({arg}) AS {quote(a.alias)}")
-        where = list(dict.fromkeys(c.sql for c in q.conditions))
-        text = f"SELECT {', '.join(sel)} FROM {table_ref(q.table)}"
-        if where:
-            text += " WHERE " + " AND ".join(f"({w})" for w in where)
-        if q.group_by:
-            text += " GROUP BY " + ", ".join(quote(g) for g in q.group_by)
-        order = [f"{quote(c)} {'DESC' if d else 'ASC'}" for c, d in q.order_by] or [quote(g) for g in q.group_by]
-        if order:
-            text += " ORDER BY " + ", ".join(order)
-        return text
+            q = None
+        if q is not None:
+            return exact_select(q, max_rows).sql(dialect="duckdb")
+        if max_rows is not None:
+            if tree.args.get("limit") is None and tree.args.get("offset") is None:
+                tree = tree.limit(max_rows + 1)
+            else:
+                tree = exp.select("*").from_(tree.subquery("_densitas_exact")).limit(max_rows + 1)
+        return tree.sql(dialect="duckdb")
 
-    def exact(self, sql: str) -> pd.DataFrame:
-        """Run ``sql`` exactly in the database (same column names as :meth:`query`; CIs equal the answer)."""
+    def exact(self, sql: str, *, max_rows: int | None = MAX_ROWS) -> pd.DataFrame:
+        """Run ``sql`` exactly in the database (same column names as :meth:`query`; CIs equal the answer).
+
+        Parameters
+        ----------
+        sql : str
+            Exactly one read-only SELECT; anything else (a second statement, DDL, DML, ``SELECT ... INTO``) is
+            refused before the database sees it, and what runs is the parsed statement, rebuilt.
+        max_rows : int or None
+            The most rows the answer may have (at most ``max_rows + 1`` are fetched); None: no bound.
+
+        Returns
+        -------
+        pandas.DataFrame
+            The answer; ``df.attrs["method"]`` is ``"exact"``.
+
+        Raises
+        ------
+        UnsupportedQueryError
+            ``sql`` is not one read-only SELECT.
+        ResultTooLargeError
+            The answer has more than ``max_rows`` rows.
+        InputError
+            ``sql`` does not parse, or names a table or column the database does not hold.
+        DatabaseError
+            The database failed to run the query.
+        """
+        if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1):
+            raise InputError(f"The 'max_rows' parameter of Engine.exact must be a positive integer or None. "
+                             f"Got {max_rows!r} instead.")
         t0 = time.perf_counter()
-        text = self.exact_sql(sql)
-        try:
-            df = self.con.fetch_df(text)
-        except Exception as exc:
-            raise DensitasError(f"the database could not run the query: {exc}") from None
+        text = self.exact_sql(sql, max_rows)
+        df = self.con.fetch_df(text)
+        if max_rows is not None and len(df) > max_rows:
+            raise ResultTooLargeError(f"the exact answer has more than max_rows={max_rows:,} rows; narrow the query "
+                                      "(WHERE, fewer GROUP BY columns) or raise max_rows.")
         try:
             q = parse(sql)
             for a in q.aggregates:

@@ -18,11 +18,18 @@ from sqlglot import exp
 
 from densitas.exceptions import InputError, UnsupportedQueryError
 
-__all__ = ["Aggregate", "Condition", "Query", "parse"]
+__all__ = ["Aggregate", "Condition", "Query", "exact_select", "parse", "read_only_select"]
 
 _AGGS = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg"}
 _CMP = {exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">=", exp.EQ: "="}
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "="}
+# statements and clauses that write, change the session or reach outside the database: never inside an exact query
+_WRITES = tuple(getattr(exp, name) for name in (
+    "Into", "Create", "Drop", "Insert", "Update", "Delete", "Merge", "Alter", "TruncateTable", "Command", "Copy",
+    "Pragma", "Set", "Use", "Transaction", "Commit", "Rollback", "Attach", "Detach", "LoadData", "Cache",
+    "Uncache", "Refresh", "Install", "Export", "Grant", "Revoke", "Analyze", "Summarize") if hasattr(exp, name))
+# functions with side effects (sequence state, the session's random seed)
+_WRITING_FUNCTIONS = frozenset({"nextval", "currval", "setseed", "setval"})
 
 
 @dataclass(frozen=True)
@@ -139,6 +146,88 @@ def _conditions(node: exp.Expression) -> list[Condition]:
     if isinstance(node, exp.Is):
         raise UnsupportedQueryError(f"IS [NOT] NULL in WHERE ({text!r})")
     raise UnsupportedQueryError(f"predicate {text!r} in WHERE")
+
+
+def read_only_select(sql: str) -> exp.Select:
+    """Parse ``sql`` as exactly one read-only SELECT.
+
+    Parameters
+    ----------
+    sql : str
+        One SELECT statement in DuckDB's dialect (a trailing semicolon is allowed).
+
+    Returns
+    -------
+    sqlglot.exp.Select
+        The parsed statement. Run its ``.sql(dialect="duckdb")``, never ``sql`` itself: what runs is then exactly
+        what was checked.
+
+    Raises
+    ------
+    InputError
+        ``sql`` is not a non-empty string or does not parse.
+    UnsupportedQueryError
+        ``sql`` holds no statement or several, a statement other than SELECT (UNION, DDL, DML, PRAGMA, COPY,
+        ...), ``SELECT ... INTO``, a writing statement inside a subquery, or a function with side effects
+        (``nextval``, ``setseed``).
+    """
+    if not isinstance(sql, str) or not sql.strip():
+        raise InputError(f"The 'sql' parameter must be a non-empty string. Got {sql!r} instead.")
+    try:
+        statements = [s for s in sqlglot.parse(sql, dialect="duckdb") if s is not None]
+    except sqlglot.errors.ParseError as exc:
+        raise InputError(f"sql does not parse: {exc}") from None
+    if len(statements) != 1:
+        raise UnsupportedQueryError(f"{len(statements)} statements (give exactly one SELECT)")
+    tree = statements[0]
+    if not isinstance(tree, exp.Select):
+        raise UnsupportedQueryError(f"{tree.key.upper()} statement (only SELECT is run)")
+    for node in tree.walk():
+        if isinstance(node, _WRITES):
+            raise UnsupportedQueryError(f"{node.key.upper()} inside a SELECT (only read-only SELECTs are run)")
+        if isinstance(node, exp.Func):
+            name = (node.name if isinstance(node, exp.Anonymous) else node.sql_name()).lower()
+            if name in _WRITING_FUNCTIONS:
+                raise UnsupportedQueryError(f"the function {name}() changes the database or the session (only "
+                                            "read-only SELECTs are run)")
+    return tree
+
+
+def exact_select(q: Query, max_rows: int | None = None) -> exp.Select:
+    """The SELECT that answers ``q`` exactly, built with sqlglot: the engine's output names, groups in order.
+
+    Parameters
+    ----------
+    q : Query
+        A parsed query (see :func:`parse`).
+    max_rows : int or None
+        When given, the statement returns at most ``max_rows + 1`` rows (so that the caller can tell a result of
+        more than ``max_rows`` rows).
+
+    Returns
+    -------
+    sqlglot.exp.Select
+        The statement; ``.sql(dialect="duckdb")`` gives its text, every identifier quoted.
+    """
+    funcs = {"count": exp.Count, "sum": exp.Sum, "avg": exp.Avg}
+    items: list[exp.Expression] = [exp.column(g, quoted=True) for g in q.group_by]
+    for a in q.aggregates:
+        arg = exp.Star() if a.column is None else exp.column(a.column, quoted=True)
+        items.append(exp.alias_(funcs[a.func](this=arg), a.alias, quoted=True))
+    db, _, name = q.table.rpartition(".")
+    stmt = exp.select(*items).from_(exp.table_(name, db=db or None, quoted=True))
+    where = list(dict.fromkeys(c.sql for c in q.conditions))
+    if where:
+        stmt = stmt.where(*(exp.paren(sqlglot.parse_one(w, dialect="duckdb"), copy=False) for w in where))
+    if q.group_by:
+        stmt = stmt.group_by(*(exp.column(g, quoted=True) for g in q.group_by))
+    order = [exp.Ordered(this=exp.column(c, quoted=True), desc=d) for c, d in q.order_by] \
+        or [exp.Ordered(this=exp.column(g, quoted=True), desc=False) for g in q.group_by]
+    if order:
+        stmt = stmt.order_by(*order)
+    if max_rows is not None:
+        stmt = stmt.limit(max_rows + 1)
+    return stmt
 
 
 def _default_alias(func: str, column: str | None) -> str:

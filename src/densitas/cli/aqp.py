@@ -13,6 +13,7 @@ from rich.table import Table
 
 from densitas.aqp import Engine
 from densitas.aqp.workload import generate, run, summarize
+from densitas.exceptions import InputError
 
 __all__ = ["bench", "bench_eval", "build", "demo", "query"]
 
@@ -20,6 +21,7 @@ console = Console(width=max(Console().width, 130))
 LINEITEM_COLUMNS = ["l_quantity", "l_extendedprice", "l_discount", "l_tax", "l_shipdate", "l_commitdate",
                     "l_receiptdate"]
 LINEITEM_GROUPS = ["l_returnflag", "l_linestatus"]
+PRINT_ROWS = 100  # rows of an answer `densitas query` prints
 
 
 def _fmt(v: float) -> str:
@@ -48,6 +50,8 @@ def print_summary(summary: pd.DataFrame, title: str) -> None:
 
 
 def build(db: str, table: str, columns: str | None, group_by: str | None, **options) -> dict:
+    if not Path(db).is_file():  # the table must already be in the database: never create a file for a typo
+        raise InputError(f"database {db!r} does not exist.")
     eng = Engine(db)
     try:
         meta = eng.build(table, columns, group_by, progress=True, **options)
@@ -60,7 +64,8 @@ def build(db: str, table: str, columns: str | None, group_by: str | None, **opti
 
 
 def query(db: str, sql: str, exact: bool, confidence: float, fallback: str, method: str) -> None:
-    eng = Engine(db)
+    # read-only: a typo'd path is an error (not a new file), and queries run beside each other
+    eng = Engine(db, read_only=True)
     try:
         t0 = time.perf_counter()
         df = eng.exact(sql) if exact else eng.query(sql, confidence=confidence, fallback=fallback, method=method)
@@ -71,7 +76,10 @@ def query(db: str, sql: str, exact: bool, confidence: float, fallback: str, meth
         df = df[[c for c in df.columns if not c.endswith(("_ci_low", "_ci_high"))]]
     how = df.attrs.get("method", "")
     note = f" (fell back: {df.attrs['reason']})" if "reason" in df.attrs else ""
-    print_frame(df, title=f"{how}{note}, {ms:.2f} ms" + ("" if exact else f", {100 * confidence:g}% intervals"))
+    title = f"{how}{note}, {ms:.2f} ms" + ("" if exact else f", {100 * confidence:g}% intervals")
+    print_frame(df.head(PRINT_ROWS), title=title)
+    if len(df) > PRINT_ROWS:
+        console.print(f"… {len(df) - PRINT_ROWS:,} more rows ({len(df):,} in all) not shown")
 
 
 def bench(db: str, table: str, queries: int, seed: int, method: str = "grid", show: int = 0) -> pd.DataFrame:
