@@ -58,7 +58,7 @@ class BuildOptions:
     seed: int = 0
     bandwidth: str = "plugin"  # densitas.kde method for the KDE estimator's per-column bandwidths
     # budget shares: sample, 1-D histograms, sum grids, pair grids (what the others leave goes to the sample)
-    shares: tuple[float, float, float, float] = (0.15, 0.30, 0.20, 0.35)
+    shares: tuple[float, float, float, float] = (0.50, 0.15, 0.10, 0.25)
 
     def check(self) -> None:
         if self.budget_bytes is not None and (not isinstance(self.budget_bytes, int) or self.budget_bytes <= 0):

@@ -190,7 +190,8 @@ class Engine:
 
         Returns a DataFrame: the GROUP BY columns, then for each aggregate (named by its alias, or ``count``,
         ``count_<col>``, ``sum_<col>``, ``avg_<col>``) the estimate, ``<alias>_ci_low`` and ``<alias>_ci_high``.
-        ``df.attrs`` says how it was answered (``method``: grid, kde or exact; ``reason`` when it fell back).
+        ``df.attrs`` says how it was answered (``method``: grid, kde or exact; ``reason`` when it fell back;
+        ``warnings``, a list of strings, when an answer's interval rests on too few sample rows to be trusted).
         ``fallback="exact"`` runs in the database what the synopsis cannot answer (unsupported SQL, columns not
         in the synopsis, a stale synopsis, a table without a synopsis) instead of raising, through :meth:`exact`
         with at most ``max_rows`` rows.
@@ -229,8 +230,16 @@ class Engine:
             data[f"{r['alias']}_ci_low"] = low
             data[f"{r['alias']}_ci_high"] = high
         df = pd.DataFrame(data)
+        thin = np.asarray(results[0]["thin"], dtype=bool) if results else np.zeros(len(df), dtype=bool)
         if q.order_by:
-            df = self._order(df, q)
+            order = self._order(df.assign(_thin=thin), q)
+            df, thin = order.drop(columns="_thin"), order["_thin"].to_numpy()
+        if thin.any():
+            # the residual variance behind these intervals comes from fewer than MIN_SUPPORT sample rows
+            df.attrs["warnings"] = [
+                f"{int(thin.sum())} of {len(df)} answer row(s) (rows {np.flatnonzero(thin).tolist()[:20]}) rest on "
+                f"fewer than {syn_mod.MIN_SUPPORT} sample rows inside the predicate box: their intervals are "
+                "themselves uncertain; use fallback='exact' or Engine.exact for them"]
         df.attrs.update({"method": method, "table": q.table, "synopsis_id": syn.meta["id"],
                          "built_at": str(syn.meta["created_at"]), "confidence": confidence,
                          "elapsed_ms": (time.perf_counter() - t0) * 1e3})

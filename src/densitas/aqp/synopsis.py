@@ -1,28 +1,30 @@
 """A synopsis in memory, and the estimators that answer a query from it.
 
-**Model estimator (default, ``method="grid"``).** A query with predicate box ``B`` over the column set ``S``
-and aggregated value ``y`` (1 for COUNT(*), the column for SUM, its non-NULL indicator for COUNT(col)) asks
-for ``T = Σ_rows y·1_B(x)`` per group. The synopsis models each group's joint distribution as a *tree* over
-``S``: the maximum spanning forest, by the build's dependence scores, of the stored pair grids among ``S``
-(a Chow–Liu tree restricted to the query). Columns with no stored pair between them are independent; a pair
-grid gives ``P(cell_v | cell_u)``; within a grid cell, and within a fine bin, positions follow the fine 1-D
-histogram with each bin's mass spread evenly over its extent (the closed-form integral of a box kernel as wide
-as the bin). The expectation is computed exactly for that model by message passing on the fine bins
-(``λ_u = φ_u·Π_children E[λ_v | cell of u]``, ``φ_u`` the box's share of each fine bin), so any number of
-predicate columns costs a few vector operations. ``y`` enters through its own bins when it is a predicate
-column, otherwise through the sum grid of the predicate column it depends on most (exact per-cell sums).
+**Grid estimator (default, ``method="grid"``): a model-assisted regression estimator.** A query with predicate
+box ``B`` over the column set ``S`` and aggregated value ``y`` (1 for COUNT(*), the column for SUM, its non-NULL
+indicator for COUNT(col)) asks for ``T_g = Σ_rows y·1_B(x)`` per synopsis group ``g``. The answer has two parts:
 
-Its error has three sources, each with a closed-form variance: rows placed evenly in fine bins the box cuts
-(Bernoulli, plus the squared disagreement with a linear density through the neighbouring bins), rows placed
-independently within pair-grid cells the box cuts, and the finite-population noise of independence between
-components. Their sum, scaled by ``MODEL_VAR_SCALE``, is the model's variance ``V``.
+1. *The model* (how small the error is). Each group's joint distribution is modelled as a tree over ``S``: the
+   maximum spanning forest, by the build's dependence scores, of the stored pair grids among ``S`` (a Chow–Liu
+   tree restricted to the query); columns with no stored pair between them are independent; within a fine bin
+   rows are spread evenly. Message passing on the fine bins (``λ_u = φ_u·Π_children E[λ_v | cell of u]``,
+   ``φ_u`` the box's share of each fine bin) gives the model's prediction for a row given any one column's fine
+   bin, and from it *auxiliary* functions whose population totals the synopsis holds exactly (functions of one
+   column's fine bin, of a stored pair grid's cells, of a sum grid's cells: :meth:`Synopsis._auxiliaries`).
+2. *The sample* (why the interval is honest). The stratified sample's rows carry their true ``y·1_B``; the
+   generalized regression estimator of :mod:`densitas.aqp.estimator` (Särndal, Swensson & Wretman 1992,
+   §6.4–6.6) fits them on the auxiliaries per group and adds the sample's Horvitz–Thompson estimate of the
+   residual total. It is design-consistent whatever the model gets wrong (three-way dependence, functional
+   dependence, a dependence no pair grid holds), and its variance comes from the residuals' sample variance:
+   a model that misses the data widens the interval instead of biasing the answer.
 
-The stratified sample checks the model on every query: its Horvitz–Thompson estimate ``H`` (variance ``σ²``)
-disagrees with the model ``M`` by ``d = H − M``. When ``d² > 9(σ² + V)`` the model is biased for this query and
-its mean squared error is taken as ``d² − σ²``; otherwise it is ``V``. The answer is the composite
-``M + λ·d`` with ``λ = mse/(mse + σ²)`` and variance ``λ²σ² + (1 − λ)²·mse``; intervals are normal, AVG by the
-delta method. With the whole table as the sample (σ² = 0) the answer is exact; where the model is exact (V = 0:
-discrete columns, no independence assumed) it is kept as is.
+To the residual variance is added the model's variance for rows in the fine bins the box cuts (Bernoulli
+placement plus the disagreement with a linear density through the neighbouring bins, :meth:`_placement`): a
+box edge inside a bin splits rows the sample rarely sees there, so the residual variance alone can miss that
+part of the error when it is concentrated in few rows. No constant is fitted to any workload. Intervals are
+normal; AVG by the delta method (the residual of ``SUM − AVG·COUNT``).
+With the whole group as the sample the answer is exact; with no predicate the fine histograms give exact
+totals; discrete columns whose values each own a fine bin are answered exactly by the model.
 
 **KDE estimator** (``method="kde"``; documents 000 and 003). Each sample row carries a Gaussian kernel with the
 column's ``densitas.kde`` bandwidth, truncated to the column's range so that no mass leaks out of it (discrete
@@ -43,15 +45,24 @@ from scipy.special import ndtr, ndtri
 from densitas.aqp.build import FORMAT_VERSION, SCHEMA, cell_map
 from densitas.aqp.columns import ColumnInfo, to_number
 from densitas.aqp.connector import Connector
+from densitas.aqp.estimator import Auxiliaries, regression_totals
 from densitas.aqp.sql import Condition, Query
 from densitas.exceptions import InputError, UnsupportedQueryError
 
-__all__ = ["Synopsis", "load", "z_value"]
+__all__ = ["MIN_SUPPORT", "Synopsis", "load", "z_value"]
 
-# The model's placement variance (Bernoulli placement in cut bins and cells, the slope term, independence noise)
-# leaves out the systematic within-cell error; it is scaled by this constant, fitted once so that 95% intervals
-# cover 90-98% of the answers of the seed-0 workloads (benchmarks/RESULTS.md) and checked on other seeds.
-MODEL_VAR_SCALE = 2.25
+# an answer whose interval rests on fewer sample rows inside the box than this carries a warning
+MIN_SUPPORT = 10
+
+
+@dataclass
+class _Forest:
+    """The query's maximum spanning forest of stored pair grids."""
+
+    edges: list[tuple[int, int]]
+    adj: dict[int, list[int]]
+    comps: list[list[int]]
+    comp_of: dict[int, int]
 
 
 @dataclass
@@ -105,6 +116,7 @@ class Synopsis:
         self.s_start = np.concatenate([[0], np.cumsum(self.n)]).astype(np.int64)
         self._moment_cache: dict = {}
         self._label_cache: dict = {}
+        self._s_bins: np.ndarray | None = None
 
     # ---- query resolution -------------------------------------------------------------------------------
     def size_bytes(self) -> int:
@@ -255,13 +267,17 @@ class Synopsis:
         else:
             codes = np.zeros(len(gids), dtype=np.int64)
             out, m = {}, 1
+        sup = self.support(q)[gids] if method == "grid" else np.full(len(gids), np.inf)
+        sampled = np.isfinite(sup)
+        thin = (np.bincount(codes, sampled, minlength=m) > 0) & \
+            (np.bincount(codes, np.where(sampled, sup, 0.0), minlength=m) < MIN_SUPPORT)
         results = []
         for a in q.aggregates:
             if a.func == "count":
                 k = keys.index(self._count_key(a.column))
                 val = np.bincount(codes, est[gids, k], minlength=m)
                 v = np.bincount(codes, var_fn(gids, [k], [1.0]), minlength=m)
-                results.append({"alias": a.alias, "func": "count", "value": val, "var": v, "count": val})
+                results.append({"alias": a.alias, "func": "count", "value": val, "var": v, "count": val, "thin": thin})
                 continue
             j = self.index[a.column]
             ks, kn = keys.index(("s", j)), keys.index(self._count_key(a.column))
@@ -269,21 +285,21 @@ class Synopsis:
             cnt = np.bincount(codes, est[gids, kn], minlength=m)
             if a.func == "sum":
                 v = np.bincount(codes, var_fn(gids, [ks], [1.0]), minlength=m)
-                results.append({"alias": a.alias, "func": "sum", "value": tot, "var": v, "count": cnt})
+                results.append({"alias": a.alias, "func": "sum", "value": tot, "var": v, "count": cnt, "thin": thin})
                 continue
             with np.errstate(divide="ignore", invalid="ignore"):
                 avg = tot / cnt
                 # delta method: the residual of SUM − AVG·COUNT, with the output group's AVG
                 v = np.bincount(codes, var_fn(gids, [ks, kn], [1.0, -np.nan_to_num(avg)[codes]]),
                                 minlength=m) / cnt ** 2
-            results.append({"alias": a.alias, "func": "avg", "value": avg, "var": v, "count": cnt})
+            results.append({"alias": a.alias, "func": "avg", "value": avg, "var": v, "count": cnt, "thin": thin})
         if q.group_by:  # SQL has no row for a group without matching rows: drop groups surely empty
             rows = np.bincount(codes, est[gids, 0], minlength=m)
             rvar = np.bincount(codes, var_fn(gids, [0], [1.0]), minlength=m)
             keep = (rows >= 0.5) | (rvar > 0)
             out = {c: v[keep] for c, v in out.items()}
             for r in results:
-                for k in ("value", "var", "count"):
+                for k in ("value", "var", "count", "thin"):
                     r[k] = np.asarray(r[k])[keep]
         return out, results
 
@@ -346,11 +362,38 @@ class Synopsis:
             return np.where(self.N > 0, (self.fine[root] * lam).sum(axis=1) / np.maximum(self.N, 1), 0.0)
 
     def _grid(self, cols, box, keys):
-        """Model estimates per group (G, len(keys)), combined with the sample (see the module docstring), and a
-        function giving per-group variances of linear combinations of the keys."""
-        G = len(self.N)
+        """Per group and key the regression estimate (G, len(keys)) and a function giving per-group variances of
+        linear combinations of the keys (module docstrings of this module and :mod:`densitas.aqp.estimator`)."""
         S = list(cols)
         phis = {u: self._fractions(u, box[u]) for u in S}
+        tree = self._forest(S)
+        E = [self._expect(comp, tree.adj, phis) for comp in tree.comps]
+        count = self.N * np.prod(E, axis=0) if E else self.N.copy()
+        if not S:  # no predicate: the fine histograms hold every total exactly
+            est = np.stack([self._unboxed_total(k) for k in keys], axis=1)
+            return est, lambda gids, ks, ws: np.zeros(len(gids))
+        keyphis = [self._key_factors(k, S, phis) for k in keys]
+        y = self._sample_targets(S, box, keys)
+        aux = [self._auxiliaries(k, S, phis, kp, tree, E) for k, kp in zip(keys, keyphis, strict=True)]
+        totals = regression_totals(y, aux, self.s_gid, self.N, self.n)
+        rv_place = self._placement(S, phis, box)
+        y2 = self._moments(tuple(keys))
+        n_g = np.maximum(self.n, 1)
+        K = len(keys)
+
+        def var_fn(gids, ks, ws):
+            W = np.zeros((len(gids), K))
+            for k, wk in zip(ks, ws, strict=True):
+                W[:, k] += wk
+            u2m = np.einsum("gk,gkl,gl->g", W, y2[gids], W) / n_g[gids]  # E[(Σ w y)^2] among the group's rows
+            place = rv_place[gids] * count[gids] ** 2 * u2m
+            return totals.sampling_variance(gids, ks, ws) + place
+
+        return totals.value, var_fn
+
+    # ---- the steps of the grid estimator ----------------------------------------------------------------------
+    def _forest(self, S: list[int]) -> _Forest:
+        """The query's tree of pair grids (:meth:`_tree`) as adjacency and connected components."""
         edges = self._tree(S)
         adj: dict[int, list[int]] = {u: [] for u in S}
         for a, b in edges:
@@ -369,11 +412,125 @@ class Synopsis:
                 comp.append(x)
                 stack += adj[x]
             comps.append(comp)
-        comp_of = {u: ci for ci, comp in enumerate(comps) for u in comp}
-        E = [self._expect(comp, adj, phis) for comp in comps]
-        count = self.N * np.prod(E, axis=0) if E else self.N.copy()
+        return _Forest(edges, adj, comps, {u: ci for ci, comp in enumerate(comps) for u in comp})
 
-        # placement variance (relative) of the count: fine bins the box cuts, grid cells it cuts, independence
+    def _unboxed_total(self, key: tuple[str, int | None]) -> np.ndarray:
+        kind, j = key
+        if kind == "n":
+            return self.N.copy()
+        if kind == "s":
+            return (self.fine[j] * self.mean[j]).sum(axis=1)
+        return self.fine[j][:, 1:].sum(axis=1)
+
+    def _value_factor(self, key: tuple[str, int | None]) -> np.ndarray:
+        """Per fine bin of the key's column: the mean of the aggregated value (SUM) or the non-NULL share."""
+        kind, j = key
+        return self.mean[j] if kind == "s" else (np.arange(self.fine[j].shape[1]) > 0).astype(np.float64)
+
+    def _key_factors(self, key, S, phis) -> dict[int, np.ndarray]:
+        """The per-fine-bin factors of each predicate column for ``key``: the box shares, with the aggregated
+        value attached to its own column when it is a predicate column, else to the predicate column it depends
+        on most, through that column's sum grid."""
+        kind, j = key
+        out = dict(phis)
+        if kind == "n":
+            return out
+        if j in phis:
+            out[j] = phis[j] * self._value_factor(key)
+            return out
+        u = max(S, key=lambda x: self.scores.get((min(x, j), max(x, j)), 0.0))
+        cmap, tot = self.sums[u]
+        n_c = tot[("n", None)]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratio = np.where(n_c > 0, tot[(kind, j)] / np.where(n_c > 0, n_c, 1), 0.0)
+        out[u] = phis[u] * ratio[:, cmap]
+        return out
+
+    def _sample_bins(self) -> np.ndarray:
+        """(n, J): each sample row's fine bin per column (0 = NULL), as the build assigned them."""
+        if self._s_bins is None:
+            b = np.zeros(self.s_vals.shape, dtype=np.int64)
+            for j, info in enumerate(self.infos):
+                v = self.s_vals[:, j]
+                ok = ~np.isnan(v)
+                b[ok, j] = np.clip(np.searchsorted(info.edges, v[ok], side="right"), 1, info.bins)
+            self._s_bins = b
+        return self._s_bins
+
+    def _inside(self, S, box) -> np.ndarray:
+        """(n,): whether each sample row is in the box."""
+        inside = np.ones(len(self.s_vals), dtype=bool)
+        for u in S:
+            inside &= self._row_match(u, box[u], self.s_vals[:, u])
+        return inside
+
+    def _sample_targets(self, S, box, keys) -> np.ndarray:
+        """(n, K): what each key sums on the sample rows: the row's value where the row is in the box, else 0."""
+        return self._sample_values(keys) * self._inside(S, box)[:, None]
+
+    def support(self, q: Query) -> np.ndarray:
+        """(G,): per synopsis group, the sample rows inside the query's box, or ``inf`` where the answer does not
+        rest on the sample (the whole group is sampled, or the query has no predicate).
+
+        The interval's width is estimated from these rows; with very few of them it is itself uncertain
+        (:data:`MIN_SUPPORT`), which the engine reports in ``df.attrs["warnings"]``.
+        """
+        box, _ = self._box(q)
+        S = sorted(box)
+        if not S:
+            return np.full(len(self.N), np.inf)
+        got = np.bincount(self.s_gid, self._inside(S, box), minlength=len(self.N)).astype(np.float64)
+        return np.where(self.n >= self.N, np.inf, got)
+
+    def _root_message(self, u: int, tree: _Forest, factors: dict) -> np.ndarray:
+        """(G, B_u + 1): the model's expectation of the product of ``factors`` over ``u``'s component given
+        ``u``'s fine bin, times the bin's own factor."""
+        return self._lam(u, None, tree.adj, factors)
+
+    def _auxiliaries(self, key, S, phis, kp, tree: _Forest, E: list) -> Auxiliaries:
+        """The key's auxiliary functions: each a function of one fine bin, one pair grid's cells or one sum
+        grid's cells whose population total per group the synopsis holds exactly."""
+        G = len(self.N)
+        sb, gi = self._sample_bins(), self.s_gid
+        rows, tots = [], []
+        Ek = [self._expect(comp, tree.adj, kp) for comp in tree.comps]
+        for u in S:  # the model's prediction given u's fine bin (all roots share the model's total)
+            ci = tree.comp_of[u]
+            lam = self._root_message(u, tree, kp)
+            others = np.prod([Ek[c] for c in range(len(Ek)) if c != ci], axis=0) if len(Ek) > 1 else np.ones(G)
+            f = lam * others[:, None]
+            rows.append(f[gi, sb[:, u]])
+            tots.append((self.fine[u] * f).sum(axis=1))
+        for (a, b), pair in self.pairs.items():  # the product of the box's cell shares on each stored pair
+            if a not in kp or b not in kp:
+                continue
+            qa = self._cell_mean(a, kp[a], pair.starts[0])
+            qb = self._cell_mean(b, kp[b], pair.starts[1])
+            ca, cb = pair.maps[0][sb[:, a]], pair.maps[1][sb[:, b]]
+            rows.append(qa[gi, ca] * qb[gi, cb])
+            tots.append(np.bincount(pair.gid, pair.n * qa[pair.gid, pair.c[0]] * qb[pair.gid, pair.c[1]],
+                                    minlength=G))
+        kind, j = key
+        if kind != "n":  # the row's own value times its cell's box share, through each predicate's sum grid
+            v = self._sample_values([key])[:, 0]
+            for u in S:
+                cmap, tot = self.sums[u]
+                if (kind, j) not in tot:
+                    continue
+                q = self._cell_mean(u, phis[u], _starts(cmap))
+                rows.append(v * q[gi, cmap[sb[:, u]]])
+                tots.append((q * tot[(kind, j)]).sum(axis=1))
+            if j in phis and kind == "s":  # the own column: exact per-fine-bin sums
+                ph = np.broadcast_to(phis[j], (self.fine[j].shape[1],))
+                rows.append(v * ph[sb[:, j]])
+                tots.append((self.fine[j] * self.mean[j] * ph).sum(axis=1))
+        return Auxiliaries(np.stack(rows, axis=1), np.stack(tots, axis=1))
+
+    def _placement(self, S, phis, box) -> np.ndarray:
+        """(G,): relative variance of the count from rows placed evenly within the fine bins the box cuts
+        (Bernoulli placement plus the squared disagreement with a linear density through the neighbouring
+        bins): the part of the error in rows the sample rarely sees, added to the residual variance."""
+        G = len(self.N)
         rv = np.zeros(G)
         with np.errstate(invalid="ignore", divide="ignore"):
             for u in S:
@@ -381,116 +538,7 @@ class Synopsis:
                 num = (w * (ph * (1 - ph))).sum(axis=1) + self._slope_var(u, box[u])
                 den = (w * ph).sum(axis=1)
                 rv += np.where(den > 0, num / np.where(den > 0, den, 1) ** 2, 0.0)
-            for a, b in edges:
-                pair = self.pairs[(a, b)]
-                qa = self._cell_mean(a, phis[a], pair.starts[0])
-                qb = self._cell_mean(b, phis[b], pair.starts[1])
-                qq = qa[pair.gid, pair.c[0]] * qb[pair.gid, pair.c[1]]
-                num = np.bincount(pair.gid, pair.n * qq * (1 - qq), minlength=G)
-                den = np.bincount(pair.gid, pair.n * qq, minlength=G)
-                rv += np.where(den > 0, num / np.where(den > 0, den, 1) ** 2, 0.0)
-            for c1 in range(len(E)):
-                for c2 in range(c1 + 1, len(E)):
-                    p1, p2 = E[c1], E[c2]
-                    rv += np.where((p1 > 0) & (p2 > 0), (1 - p1) * (1 - p2) / np.maximum(self.N * p1 * p2, 1e-300),
-                                   0.0)
-
-        model = np.empty((G, len(keys)))
-        rv_k = np.empty((G, len(keys)))
-        for t, (kind, j) in enumerate(keys):
-            rv_k[:, t] = rv
-            if kind == "n":
-                model[:, t] = count
-                continue
-            factor = self.mean[j] if kind == "s" else (np.arange(self.fine[j].shape[1]) > 0).astype(np.float64)
-            if not S:
-                model[:, t] = (self.fine[j] * factor).sum(axis=1)
-                continue
-            if j in phis:  # the column is a predicate column: its own bins carry its values
-                u, f = j, factor
-            else:  # attach the column to the predicate column it depends on most, through that column's sum grid
-                u = max(S, key=lambda x: self.scores.get((min(x, j), max(x, j)), 0.0))
-                cmap, tot = self.sums[u]
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    n_c = tot[("n", None)]
-                    ratio = np.where(n_c > 0, tot[(kind, j)] / np.where(n_c > 0, n_c, 1), 0.0)
-                f = ratio[:, cmap]
-                st = _starts(cmap)
-                qc = self._cell_mean(u, phis[u], st)
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    num = (n_c * qc * (1 - qc)).sum(axis=1)
-                    den = (n_c * qc).sum(axis=1)
-                    rv_k[:, t] += np.where(den > 0, num / np.where(den > 0, den, 1) ** 2, 0.0)
-            ph2 = dict(phis)
-            ph2[u] = phis[u] * f
-            ci = comp_of[u]
-            Ek = self._expect(comps[ci], adj, ph2)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                model[:, t] = np.where(E[ci] > 0, count / np.where(E[ci] > 0, E[ci], 1) * Ek,
-                                       self.N * Ek * np.prod([E[c] for c in range(len(E)) if c != ci], axis=0))
-
-        # the sample: Horvitz–Thompson per group from first and second moments of the rows in the box, and the
-        # composite with the model
-        sv = self.s_vals
-        inside = np.ones(len(sv), dtype=bool)
-        for u in S:
-            inside &= self._row_match(u, box[u], sv[:, u])
-        idx = np.flatnonzero(inside)
-        gi = self.s_gid[idx]
-        yi = self._sample_values(keys, idx)
-        K = len(keys)
-        m1 = np.stack([np.bincount(gi, yi[:, k], minlength=G) for k in range(K)], axis=1)
-        m2 = np.empty((G, K, K))
-        for k in range(K):
-            for k2 in range(k, K):
-                m2[:, k, k2] = m2[:, k2, k] = np.bincount(gi, yi[:, k] * yi[:, k2], minlength=G)
-        y2 = self._moments(tuple(keys))
-        n_g = np.maximum(self.n, 1)
-        fpc = np.clip(1 - self.n / np.maximum(self.N, 1), 0.0, 1.0)
-        p_model = np.where(self.N > 0, count / np.maximum(self.N, 1), 0.0)
-
-        def parts(gids, W):
-            """Per group of ``gids`` and weights ``W`` (len(gids), K): model variance factor E[u^2], HT and its
-            variance for the combination u = Σ_k W_k y_k."""
-            su = (m1[gids] * W).sum(axis=1)
-            su2 = np.einsum("gk,gkl,gl->g", W, m2[gids], W)
-            u2m = np.einsum("gk,gkl,gl->g", W, y2[gids], W) / n_g[gids]
-            nn = self.n[gids]
-            with np.errstate(invalid="ignore", divide="ignore"):
-                var_u = np.where(nn > 1, (su2 - su * su / n_g[gids]) / np.maximum(nn - 1, 1), 0.0)
-            pm = p_model[gids]
-            var_u = np.maximum(var_u, pm * (1 - pm) * u2m)  # too few rows in the box to trust alone
-            N = self.N[gids]
-            return u2m, N / n_g[gids] * su, N ** 2 * fpc[gids] * var_u / n_g[gids]
-
-        def composite(m, v, h, s2):
-            d = h - m
-            # the model's bias shows only when the sample disagrees beyond its noise (3 standard errors); a single
-            # query's noisy disagreement would otherwise drag the model towards the sample
-            mse = np.where(d * d > 9 * (s2 + v), d * d - s2, v)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                lam = np.where(v > 0, np.where(mse + s2 > 0, mse / (mse + s2), 1.0), 0.0)
-            var = lam * lam * s2 + (1 - lam) ** 2 * mse
-            return m + lam * d, np.where(v > 0, var, 0.0)
-
-        all_g = np.arange(G)
-        est = np.empty((G, K))
-        for t in range(K):
-            W = np.zeros((G, K))
-            W[:, t] = 1.0
-            u2m, h, s2 = parts(all_g, W)
-            est[:, t], _ = composite(model[:, t], MODEL_VAR_SCALE * rv_k[:, t] * count ** 2 * u2m, h, s2)
-
-        def var_fn(gids, ks, ws):
-            W = np.zeros((len(gids), K))
-            for k, wk in zip(ks, ws, strict=True):
-                W[:, k] += wk
-            u2m, h, s2 = parts(gids, W)
-            m = (model[gids] * W).sum(axis=1)
-            v = MODEL_VAR_SCALE * rv_k[gids][:, ks].max(axis=1) * count[gids] ** 2 * u2m
-            return composite(m, v, h, s2)[1]
-
-        return est, var_fn
+        return rv
 
     def _sample_values(self, keys, rows: np.ndarray | None = None) -> np.ndarray:
         sv = self.s_vals if rows is None else self.s_vals[rows]
@@ -514,6 +562,8 @@ class Synopsis:
             for k in range(K):
                 for k2 in range(k, K):
                     got[:, k, k2] = got[:, k2, k] = np.bincount(self.s_gid, y[:, k] * y[:, k2], minlength=G)
+            if len(self._moment_cache) >= 64:  # key tuples are few in practice; stay bounded regardless
+                self._moment_cache.pop(next(iter(self._moment_cache)))
             self._moment_cache[keys] = got
         return got
 
