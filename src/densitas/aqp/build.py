@@ -33,7 +33,7 @@ import pandas as pd
 
 from densitas.aqp.columns import ColumnInfo, classify
 from densitas.aqp.connector import Connector, quote, table_ref
-from densitas.exceptions import InputError
+from densitas.exceptions import DensitasError, InputError
 
 __all__ = ["BuildOptions", "build", "ensure_schema", "fingerprint_sql"]
 
@@ -90,6 +90,15 @@ def ensure_schema(con: Connector) -> None:
         table_name VARCHAR PRIMARY KEY, id VARCHAR, version INTEGER, created_at TIMESTAMP, build_seconds DOUBLE,
         rows BIGINT, fingerprint VARCHAR, columns VARCHAR, group_by VARCHAR, grids VARCHAR, options VARCHAR,
         bandwidths VARCHAR, size_bytes BIGINT, table_bytes BIGINT)""")
+
+
+def _row_id(con: Connector, src: str) -> str:
+    """``rowid`` where ``src`` is a base table (stable row ids), else NULL."""
+    try:
+        con.fetch_rows(f"SELECT rowid FROM {src} LIMIT 0")
+    except DensitasError:
+        return "NULL::BIGINT"
+    return "rowid"
 
 
 def fingerprint_sql(table: str, columns: Sequence[str]) -> str:
@@ -283,6 +292,10 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
         say("binning rows", 0.2)
         sel = [f"{info.expr} AS v{j}" for j, info in enumerate(infos)]
         sel += [quote(g) for g in group_by]
+        # the sample hashes the table's own row ids, so that a seed draws the same rows whatever the threads do
+        # (a view has none: then the binned copy's row ids, which follow the scan's order)
+        rid = _row_id(con, src)
+        sel.append(f"{rid} AS _densitas_rid")
         joins, bins_sel = [], []
         for j, info in enumerate(infos):
             # discrete columns: an equality (hash) join on the value; others: ASOF JOIN on the lower edge
@@ -296,7 +309,8 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
             gjoin = f"JOIN {groups_t} g ON {cond}"
             gid = "g.gid"
         vals = ", ".join(f"s.v{j}" for j in range(len(infos)))
-        con.execute(f"CREATE TEMP TABLE _densitas_binned AS SELECT {gid} AS gid, {', '.join(bins_sel)}, {vals} "
+        con.execute(f"CREATE TEMP TABLE _densitas_binned AS SELECT {gid} AS gid, {', '.join(bins_sel)}, {vals}, "
+                    "s._densitas_rid "
                     f"FROM (SELECT {', '.join(sel)} FROM {src}) s {gjoin} {' '.join(joins)}")
 
         # 5. fine 1-D histograms: exact count and sum per (group, bin)
@@ -381,7 +395,7 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
         frac = np.minimum(1.0, (2 * quota + 50) / np.maximum(gsizes, 1))
         con.execute("CREATE TEMP TABLE _densitas_quota AS SELECT unnest(range(?)) AS gid, unnest(?::BIGINT[]) AS q, "
                     "unnest(?::DOUBLE[]) AS frac", [len(quota), quota.tolist(), frac.tolist()])
-        hashed = (f"(SELECT b.*, hash(xor(hash(b.rowid), {int(opts.seed) * 7919 + 1}::UBIGINT)) AS h "
+        hashed = (f"(SELECT b.*, hash(xor(hash(coalesce(b._densitas_rid, b.rowid)), {int(opts.seed) * 7919 + 1}::UBIGINT)) AS h "
                   "FROM _densitas_binned b)")
         for cond in ("(h >> 11)::DOUBLE / 9007199254740992.0 < frac", "true"):
             con.execute(f"CREATE OR REPLACE TABLE {sample_t} AS SELECT gid::SMALLINT AS gid, "

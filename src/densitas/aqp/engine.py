@@ -217,14 +217,18 @@ class Engine:
         z = syn_mod.z_value(confidence)
         data = dict(out)
         for r in results:
-            val, sd = np.asarray(r["value"], dtype=np.float64), np.sqrt(np.maximum(r["var"], 0.0))
-            # plus float rounding of the stored sums (the database sums decimals exactly)
-            half = z * sd + 1e-9 * np.abs(val)
-            low, high = val - half, val + half
+            val, var = np.asarray(r["value"], dtype=np.float64), np.asarray(r["var"], dtype=np.float64)
+            sd = np.sqrt(np.where(np.isnan(var), np.inf, np.maximum(var, 0.0)))
+            with np.errstate(invalid="ignore"):
+                # plus float rounding of the stored sums (the database sums decimals exactly)
+                half = z * sd + 1e-9 * np.abs(np.nan_to_num(val))
+                low, high = val - half, val + half
             if r["func"] == "count":
                 val, low, high = np.maximum(val, 0.0), np.maximum(low, 0.0), np.maximum(high, 0.0)
-            else:  # SUM/AVG over no rows is NULL
-                empty = ~(np.asarray(r["count"]) >= 0.5)
+            else:  # SUM/AVG over no rows is NULL: only where the group is surely empty (no sampling error)
+                empty = ~(np.asarray(r["count"]) >= 0.5) & ~(sd > 0)
+                unknown = ~np.isfinite(val) & ~empty  # an AVG over an estimated count of 0: any value
+                low, high = np.where(unknown, -np.inf, low), np.where(unknown, np.inf, high)
                 val, low, high = (np.where(empty, np.nan, a) for a in (val, low, high))
             data[r["alias"]] = val
             data[f"{r['alias']}_ci_low"] = low
