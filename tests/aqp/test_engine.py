@@ -252,10 +252,10 @@ def test_date_bins_sit_on_the_day_grid(mem_engine):
     syn = mem_engine._load("t")
     assert not syn.infos[0].discrete
     assert np.all(syn.infos[0].edges == np.round(syn.infos[0].edges))
-    # COUNT: only the rows of the two cut bins are estimated from the sample; SUM of the independent y also
-    # carries its sampling noise, so it is held to 5% and to its interval
-    for sql, tol in [("SELECT COUNT(*) AS v FROM t WHERE d BETWEEN DATE '2021-04-24' AND DATE '2021-05-24'", 0.03),
-                     ("SELECT SUM(y) AS v FROM t WHERE d > DATE '2020-07-03' AND d <= DATE '2020-08-14'", 0.05)]:
+    # only the rows of the two cut bins (about 1,700 rows each) are estimated from the sample (20 rows per
+    # sample row): a sampling sd of about 5% of a month's count; the answers are held to their intervals
+    for sql, tol in [("SELECT COUNT(*) AS v FROM t WHERE d BETWEEN DATE '2021-04-24' AND DATE '2021-05-24'", 0.1),
+                     ("SELECT SUM(y) AS v FROM t WHERE d > DATE '2020-07-03' AND d <= DATE '2020-08-14'", 0.1)]:
         df = mem_engine.query(sql)
         e = _exact(mem_engine, sql, "v")
         assert float(df["v"].iloc[0]) == pytest.approx(e, rel=tol)

@@ -35,6 +35,9 @@ __all__ = ["Auxiliaries", "GroupTotals", "regression_totals"]
 
 # the regression needs this many sample rows per fitted coefficient, else the difference estimator is used
 MIN_ROWS_PER_TERM = 10
+# residuals for the variance are leave-one-out residuals e/(1 − h) (the jackknife / HC3 form), h capped here
+LEAVE_ONE_OUT = True
+MAX_LEVERAGE = 0.9
 
 
 @dataclass
@@ -126,22 +129,27 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
         # the fit corrects the difference estimator (the model's own prediction, column 0 of Z, with β = 1): the
         # smallest correction that fits, so terms collinear among the sample rows but not in the table (every
         # sampled row inside the box, say) keep the model's own weights instead of splitting them arbitrarily
-        beta = _fit(X, y[:, k] - Z[:, 0], gid, G, n, p)
+        beta, lev = _fit(X, y[:, k] - Z[:, 0], gid, G, n, p)
         small = n < MIN_ROWS_PER_TERM * p  # too few rows for the regression: the difference estimator alone
         beta[small] = 0.0
+        lev[small[gid]] = 0.0
         beta[:, 1] += 1.0
         e = y[:, k] - (X * beta[gid]).sum(axis=1)
-        resid[:, k] = e
+        # for the variance, each residual as if its row had been left out of the fit (e/(1 − h), h its leverage):
+        # a fit with many terms on few rows otherwise shrinks the residuals and the interval with them
+        resid[:, k] = e / (1.0 - np.minimum(lev, MAX_LEVERAGE)) if LEAVE_ONE_OUT else e
         model[:, k] = (Xt * beta).sum(axis=1)
         corr[:, k] = N / n_safe * np.bincount(gid, e, minlength=G)
         value[:, k] = model[:, k] + corr[:, k]
-        dfs[:, k] = np.where(small, n - 1, n - p)
+        dfs[:, k] = n - 1 if LEAVE_ONE_OUT else np.where(small, n - 1, n - p)
     return GroupTotals(value, model, corr, resid, gid, N.astype(np.float64), n.astype(np.float64),
                        np.maximum(dfs, 0.0))
 
 
-def _fit(X: np.ndarray, y: np.ndarray, gid: np.ndarray, G: int, n: np.ndarray, p: int) -> np.ndarray:
-    """(G, p): per-group least squares of ``y`` on ``X`` (a tiny ridge keeps collinear terms finite)."""
+def _fit(X: np.ndarray, y: np.ndarray, gid: np.ndarray, G: int, n: np.ndarray,
+         p: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-group minimum-norm least squares of ``y`` on ``X``: the coefficients (G, p) and each row's leverage
+    ``h_i = x_iᵀ (XᵀX)⁺ x_i`` in its group's fit (n,)."""
     active = np.flatnonzero((X[:, 1:] != 0).any(axis=1) | (y != 0))
     Xa, ya, ga = X[active], y[active], gid[active]
     xtx = np.zeros((G, p, p))
@@ -154,5 +162,8 @@ def _fit(X: np.ndarray, y: np.ndarray, gid: np.ndarray, G: int, n: np.ndarray, p
     d = np.einsum("gii->gi", xtx)
     scale = np.where(d > 0, np.sqrt(np.where(d > 0, d, 1.0)), 1.0)
     A = xtx / scale[:, :, None] / scale[:, None, :]
-    beta = np.einsum("gij,gj->gi", np.linalg.pinv(A, rcond=1e-10, hermitian=True), xty / scale) / scale
-    return np.where(np.isfinite(beta), beta, 0.0)
+    inv = np.linalg.pinv(A, rcond=1e-10, hermitian=True)
+    beta = np.einsum("gij,gj->gi", inv, xty / scale) / scale
+    xs = X / scale[gid]
+    lev = np.einsum("ni,nij,nj->n", xs, inv[gid], xs)
+    return np.where(np.isfinite(beta), beta, 0.0), np.where(np.isfinite(lev), np.clip(lev, 0.0, 1.0), 0.0)

@@ -53,6 +53,8 @@ __all__ = ["MIN_SUPPORT", "Synopsis", "load", "z_value"]
 
 # an answer whose interval rests on fewer sample rows inside the box than this carries a warning
 MIN_SUPPORT = 10
+# at most this many fine bins of a column cut by the box get a within-bin position term (a range cuts two)
+MAX_EDGE_TERMS = 4
 
 
 @dataclass
@@ -501,6 +503,9 @@ class Synopsis:
             f = lam * others[:, None]
             rows.append(f[gi, sb[:, u]])
             tots.append((self.fine[u] * f).sum(axis=1))
+            for row, tot in self._edge_terms(u, phis[u], f):
+                rows.append(row)
+                tots.append(tot)
         for (a, b), pair in self.pairs.items():  # the product of the box's cell shares on each stored pair
             if a not in kp or b not in kp:
                 continue
@@ -525,6 +530,31 @@ class Synopsis:
                 rows.append(v * ph[sb[:, j]])
                 tots.append((self.fine[j] * self.mean[j] * ph).sum(axis=1))
         return Auxiliaries(np.stack(rows, axis=1), np.stack(tots, axis=1))
+
+    def _edge_terms(self, u: int, ph: np.ndarray, f: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per fine bin of ``u`` the box cuts (at most :data:`MAX_EDGE_TERMS`), an auxiliary linear in the row's
+        position within the bin, ``(x − lo)/width − ½``, times the model's prediction per unit of box share: its
+        total is exact from the bin's stored count and sum. It lets the regression learn on which side of the
+        bin the box's edge keeps rows, where the bin's share alone treats every row of the bin alike."""
+        info = self.infos[u]
+        ph = np.asarray(ph).reshape(-1)
+        cut = np.flatnonzero((ph > 1e-12) & (ph < 1 - 1e-12))
+        cut = cut[cut > 0]
+        if info.discrete or not 0 < len(cut) <= MAX_EDGE_TERMS:
+            return []
+        lower, upper = info.edges, info.uppers()
+        v, sb, gi = self.s_vals[:, u], self._sample_bins()[:, u], self.s_gid
+        out = []
+        for b in cut:
+            lo, width = lower[b - 1], upper[b - 1] - lower[b - 1]
+            if not width > 0:
+                continue
+            ratio = f[:, b] / ph[b]  # (G,): the model's prediction for the bin per unit of box share
+            pos = np.where(sb == b, (np.nan_to_num(v) - lo) / width - 0.5, 0.0)
+            n_b = self.fine[u][:, b]
+            s_b = np.nan_to_num(n_b * self.mean[u][:, b])
+            out.append((pos * ratio[gi], ratio * ((s_b - lo * n_b) / width - 0.5 * n_b)))
+        return out
 
     def _placement(self, S, phis, box) -> np.ndarray:
         """(G,): relative variance of the count from rows placed evenly within the fine bins the box cuts
