@@ -1,0 +1,185 @@
+"""PyTorch implementation of the heavy operation of :mod:`densitas.neighbors` — the CPU path and the test oracle.
+
+Operation ``"knn_tile_topk"``: for a block of queries and a block of references (both prepared by
+:func:`prepare`), return for every query the ``k`` smallest **fast** (approximate, working-precision) values
+and their reference positions in the block::
+
+    knn_tile_topk(q: FastRows, c: FastRows, k: int, tile_cols: int) -> (values (m, k'), positions (m, k'))
+
+with ``k' = min(k, len(c))``; values in any order, positions int64. Contract (what the search relies on):
+
+* every reference of the block that is **not** returned has a fast value ≥ every returned value;
+* every fast value is within the bound of :func:`densitas.neighbors.distances.fast_error_bound` of the exact
+  value (so no tf32, no float16 accumulation);
+* a pair with no coordinate present on both sides (missing="skip") has the value +inf.
+
+The queries × references matrix is never materialised: references are processed ``tile_cols`` at a time
+(a GEMM tile ``‖q‖² − 2q·c + ‖c‖²`` plus ``torch.topk``), merging the partial top-k lists.
+
+**Triton hook.** A fused CUDA kernel (distance tile on the matrix units + running top-k on chip) registers
+for the same operation name with the same contract, in ``densitas/neighbors/_triton.py``, through a
+``_triton_registry.py`` beside this file (see :mod:`densitas.primitives._triton_registry`)::
+
+    register("knn_tile_topk", "triton")(lazy("densitas.neighbors._triton", "tile_topk"))
+
+and :func:`densitas._backend.dispatch.select` picks it for CUDA tensors. It may handle the dense "sq"
+mode only and call :func:`tile_topk` below for the others.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from densitas._backend.dispatch import register
+
+__all__ = ["FastRows", "prepare", "tile_topk"]
+
+
+@dataclass
+class FastRows:
+    """Rows prepared for the fast pass of one metric.
+
+    Attributes
+    ----------
+    mode : {"sq", "l1", "cos"}
+    masked : bool
+        Missing coordinates are skipped (``missing="skip"``): ``x`` holds 0 where the value is missing.
+    x : (n, p) tensor or None
+        Centred ("sq", "l1") or row-normalised ("cos") values in the fast dtype.
+    g : (n, w) tensor or None
+        The GEMM operand: queries ``x`` · references ``−2x`` ("sq"), ``[x², x, m]`` · ``[m, −2x, x²]``
+        (masked "sq"), ``x`` · ``−x`` ("cos").
+    add : (n,) tensor or None
+        Additive row term (``‖x‖²`` for dense "sq").
+    mask : (n, p) tensor or None
+        1 where present, 0 where missing (masked only), in the fast dtype.
+    nom : (n, r) int64 tensor or None
+        Nominal codes (−1 = missing).
+    """
+
+    mode: str
+    masked: bool
+    x: torch.Tensor | None
+    g: torch.Tensor | None
+    add: torch.Tensor | None
+    mask: torch.Tensor | None
+    nom: torch.Tensor | None
+
+    def __len__(self) -> int:
+        t = self.x if self.x is not None else self.nom
+        return 0 if t is None else int(t.shape[0])
+
+    def rows(self, s: slice) -> FastRows:
+        def cut(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t[s]
+
+        return FastRows(self.mode, self.masked, cut(self.x), cut(self.g), cut(self.add), cut(self.mask),
+                        cut(self.nom))
+
+
+def prepare(x: torch.Tensor | None, nom: torch.Tensor | None, mode: str, masked: bool, side: str,
+            dtype: torch.dtype) -> FastRows:
+    """Build :class:`FastRows` from transformed float64-or-float32 values ``x`` (NaN where missing).
+
+    ``side`` is ``"query"`` or ``"reference"`` (the GEMM operands differ).
+    """
+    if x is None:
+        return FastRows(mode, masked, None, None, None, None, nom)
+    mask = None
+    if masked:
+        present = ~torch.isnan(x)
+        mask = present.to(dtype)
+        x = torch.where(present, x, 0.0)
+    xf = x.to(dtype).contiguous()
+    g = add = None
+    if mode == "sq":
+        if masked:
+            x2 = xf * xf
+            g = torch.cat([x2, xf, mask], 1) if side == "query" else torch.cat([mask, -2.0 * xf, x2], 1)
+        else:
+            g = xf if side == "query" else (-2.0 * xf)
+            add = (x.to(torch.float64) ** 2).sum(1).to(dtype)
+    elif mode == "cos" and not masked:
+        g = xf if side == "query" else -xf
+    return FastRows(mode, masked, xf, g.contiguous() if g is not None else None, add, mask, nom)
+
+
+def _tile_values(q: FastRows, c: FastRows) -> torch.Tensor:
+    """Fast values of one (queries × reference tile) block, without the queries' additive term."""
+    m, n = len(q), len(c)
+    d = None
+    count = None
+    if q.x is not None:
+        if q.mode == "sq":
+            if q.masked:
+                d = q.g @ c.g.T
+            else:
+                d = torch.addmm(c.add[None, :], q.g, c.g.T)
+        elif q.mode == "cos":
+            if q.masked:
+                num = q.x @ c.x.T
+                nq = (q.x * q.x) @ c.mask.T
+                nc = q.mask @ (c.x * c.x).T
+                den = torch.sqrt(nq * nc)
+                d = 1.0 - torch.where(den > 0, num / torch.where(den > 0, den, 1.0), 0.0)
+            else:
+                d = q.g @ c.g.T  # −cos; the constant 1 is added after the selection
+        elif q.masked:  # l1 with missing coordinates
+            d = torch.zeros((m, n), dtype=q.x.dtype, device=q.x.device)
+            for j in range(q.x.shape[1]):
+                term = (q.x[:, j, None] - c.x[None, :, j]).abs_()
+                term.mul_(q.mask[:, j, None]).mul_(c.mask[None, :, j])
+                d.add_(term)
+        else:
+            d = torch.cdist(q.x, c.x, p=1.0)
+        if q.masked:
+            count = q.mask @ c.mask.T
+    if q.nom is not None:
+        r = q.nom.shape[1]
+        mism = torch.zeros((m, n), dtype=torch.int32, device=q.nom.device)
+        both_count = torch.zeros((m, n), dtype=torch.int32, device=q.nom.device) if q.masked else None
+        for j in range(r):
+            a = q.nom[:, j, None]
+            b = c.nom[None, :, j]
+            ne = a != b
+            if q.masked:
+                both = (a >= 0) & (b >= 0)
+                ne &= both
+                both_count += both
+            mism += ne
+        dtype = d.dtype if d is not None else torch.float64
+        d = mism.to(dtype) if d is None else d + mism.to(dtype)
+        if both_count is not None:
+            count = both_count.to(dtype) if count is None else count + both_count.to(dtype)
+    if count is not None:
+        d = torch.where(count > 0, d, torch.inf)
+    return d
+
+
+@register("knn_tile_topk", "torch")
+def tile_topk(q: FastRows, c: FastRows, k: int, tile_cols: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` smallest fast values per query over the reference block ``c`` (see the module docstring)."""
+    n = len(c)
+    tile_cols = max(int(tile_cols), 1)
+    best_v = best_i = None
+    for s in range(0, n, tile_cols):
+        e = min(s + tile_cols, n)
+        d = _tile_values(q, c.rows(slice(s, e)))
+        kk = min(k, e - s)
+        v, i = torch.topk(d, kk, dim=1, largest=False, sorted=False)
+        i += s
+        if best_v is None:
+            best_v, best_i = v, i
+        else:
+            v = torch.cat([best_v, v], 1)
+            i = torch.cat([best_i, i], 1)
+            kk = min(k, v.shape[1])
+            best_v, j = torch.topk(v, kk, dim=1, largest=False, sorted=False)
+            best_i = torch.gather(i, 1, j)
+    if q.add is not None:
+        best_v = best_v + q.add[:, None]
+    if q.mode == "cos" and not q.masked:
+        best_v = best_v + 1.0
+    return best_v, best_i
