@@ -133,6 +133,40 @@ def bandwidth_cmd(
         raise typer.Exit(code=2) from None
 
 
+@app.command("knn")
+def knn_cmd(
+    train: str = typer.Option(None, "--train", help="Training table: a .parquet or .csv file."),
+    test: str = typer.Option(None, "--test", help="Test table: a .parquet or .csv file (streamed in chunks)."),
+    label: str = typer.Option(..., "--label", help="Label column of the training table."),
+    k: int = typer.Option(10, "-k", "--k", help="Number of neighbours."),
+    metric: str = typer.Option("euclidean", "--metric",
+                               help="euclidean, sqeuclidean, manhattan, cosine or mixed_euclidean."),
+    weights: str = typer.Option("uniform", "--weights", help="uniform, distance or rapidminer."),
+    missing: str = typer.Option("raise", "--missing", help="raise, or skip: leave out coordinates with NaN."),
+    out: str = typer.Option(None, "--out", help="Predictions: a .parquet or .csv file."),
+    db: str = typer.Option(None, "--db", help="DuckDB file holding the tables (instead of files)."),
+    train_table: str = typer.Option(None, "--train-table", help="With --db: the training table."),
+    test_table: str = typer.Option(None, "--test-table", help="With --db: the test table."),
+    out_table: str = typer.Option(None, "--out-table", help="With --db: the table to write (replaced)."),
+    nominal: list[str] = typer.Option(None, "--nominal", help="Nominal column(s) (strings are nominal anyway)."),  # noqa: B008
+    task: str = typer.Option("auto", "--task", help="auto (float label: regression), classification or regression."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
+    memory_budget: str = typer.Option(None, "--memory-budget", help="Working-memory bound, e.g. 2GB."),
+    chunk_rows: int = typer.Option(100_000, "--chunk-rows", help="Test rows per chunk."),
+) -> None:
+    """k-NN predictions for a test table from a training table (exact neighbours, streamed, with progress)."""
+    from densitas.cli import knn as knn_mod
+    from densitas.exceptions import DensitasError
+
+    try:
+        knn_mod.run(train, test, label, k, metric=metric, weights=weights, missing=missing, out=out, db=db,
+                    train_table=train_table, test_table=test_table, out_table=out_table, nominal=nominal or None,
+                    task=task, device=device, memory_budget=memory_budget, chunk_rows=chunk_rows)
+    except (DensitasError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(code=2) from None
+
+
 @app.command()
 def info() -> None:
     """Show the version, devices and which backend each operation uses."""
