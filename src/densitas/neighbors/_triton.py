@@ -1,0 +1,294 @@
+"""Fused squared-Euclidean distance + running top-k in Triton (the CUDA fast path of k-NN search).
+
+One program owns ``BM`` queries and one *split* of the references. It streams the split in tiles of ``BN``
+references: the tile's distances ``‖q‖² + ‖c‖² − 2 q·c`` come from one ``tl.dot`` (TF32 on the matrix units
+where allowed), and never leave the chip. Each distance and its reference index are packed into one int64 key
+(the float's bits above the index: for non-negative floats the integer order is the float order, and equal
+distances order by the lower index), so a running top-``KP`` is a sort: the tile's keys are sorted, its first
+``KP`` joined with the best ``KP`` so far, and the ``2·KP`` sorted again. A tile none of whose distances beats
+any query's current ``KP``-th best is skipped after one comparison. The result per (query, split) is ``KP``
+candidate keys; :func:`candidates` merges the splits.
+
+The keys are *candidates*: the caller re-ranks them in float64 and certifies that the exact top-k is among them
+(:func:`densitas.neighbors.fast.fused_kneighbors`), so TF32 rounding never changes an answer.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["MAX_D", "MAX_KP", "candidates", "fused_kneighbors"]
+
+MAX_KP = 256  # the largest candidate list kept on chip; larger k takes the GEMM + topk path
+MAX_D = 256  # the widest rows one dot covers; wider data takes the GEMM + topk path
+_INF_BITS = 0x7F800000  # float32 +inf
+
+
+@triton.jit
+def _first_chunk(keys, BM: tl.constexpr, W: tl.constexpr, KP: tl.constexpr):
+    """The first KP of each row of a [BM, W] tensor (W a multiple of KP)."""
+    k3 = tl.reshape(keys, [BM, W // KP, KP])
+    j = tl.arange(0, W // KP)
+    big = tl.full([BM, W // KP, KP], 0x7FFFFFFFFFFFFFFF, tl.int64)
+    return tl.min(tl.where(j[None, :, None] == 0, k3, big), axis=1)
+
+
+@triton.jit
+def _tile(Q, R, qn, RN, best, thresh, rows, rmask, cols, n, d, stride_q, stride_r,
+          BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, KP: tl.constexpr, PRECISION: tl.constexpr):
+    """Fold the tile of references ``cols`` into the running top-KP ``best`` (keys) and its threshold."""
+    cmask = cols < n
+    dk = tl.arange(0, BD)
+    dmask = dk < d
+    q = tl.load(Q + rows[:, None] * stride_q + dk[None, :], mask=rmask[:, None] & dmask[None, :], other=0.0)
+    r = tl.load(R + cols[:, None] * stride_r + dk[None, :], mask=cmask[:, None] & dmask[None, :], other=0.0)
+    acc = tl.dot(q, tl.trans(r), input_precision=PRECISION)
+    rn = tl.load(RN + cols, mask=cmask, other=0.0)
+    dist = tl.maximum(qn[:, None] + rn[None, :] - 2.0 * acc, 0.0)
+    dist = tl.where(cmask[None, :] & rmask[:, None], dist, float("inf"))
+    gain = tl.min(tl.min(tl.where(dist < thresh[:, None], -1.0, 1.0), axis=1), axis=0)
+    if gain < 0.0:
+        bits = dist.to(tl.int32, bitcast=True).to(tl.int64)
+        key = (bits << 32) | cols[None, :].to(tl.int64)
+        key = tl.sort(key, dim=1)
+        top = _first_chunk(key, BM, BN, KP)
+        both = tl.reshape(tl.join(best, top), [BM, 2 * KP])
+        both = tl.sort(both, dim=1)
+        best = _first_chunk(both, BM, 2 * KP, KP)
+        worst = (tl.max(best, axis=1) >> 32).to(tl.int32)
+        thresh = worst.to(tl.float32, bitcast=True)
+    return best, thresh
+
+
+@triton.jit
+def _knn_kernel(Q, R, QN, RN, OUT, m, n, d, n_per_split,
+                stride_q, stride_r,
+                BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, KP: tl.constexpr,
+                PRECISION: tl.constexpr, INTERPRETED: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_s = tl.program_id(1)
+    n_splits = tl.num_programs(1)
+    rows = pid_m * BM + tl.arange(0, BM)
+    rmask = rows < m
+    qn = tl.load(QN + rows, mask=rmask, other=0.0)
+    start = pid_s * n_per_split
+    best = (tl.full([BM, KP], 0x7F800000, tl.int64) << 32) | 0xFFFFFFFF
+    thresh = tl.full([BM], float("inf"), tl.float32)
+    if INTERPRETED:  # the interpreter runs no range() over a runtime bound; a while loop is the same walk
+        c0 = 0
+        while c0 < n_per_split:
+            best, thresh = _tile(Q, R, qn, RN, best, thresh, rows, rmask, start + c0 + tl.arange(0, BN), n, d,
+                                 stride_q, stride_r, BM, BN, BD, KP, PRECISION)
+            c0 += BN
+    else:
+        for c0 in range(0, n_per_split, BN):
+            best, thresh = _tile(Q, R, qn, RN, best, thresh, rows, rmask, start + c0 + tl.arange(0, BN), n, d,
+                                 stride_q, stride_r, BM, BN, BD, KP, PRECISION)
+    kk = tl.arange(0, KP)
+    out = OUT + (rows[:, None] * n_splits + pid_s) * KP + kk[None, :]
+    tl.store(out, best, mask=rmask[:, None])
+
+
+def _pow2(x: int) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(1, x))))
+
+
+def candidates(Q: torch.Tensor, R: torch.Tensor, kp: int, *, precision: str = "tf32",
+               splits: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each row of ``Q`` the ``kp`` references of ``R`` nearest in (TF32-rounded) squared distance.
+
+    Parameters
+    ----------
+    Q, R : torch.Tensor
+        float32, 2-D, same device and width.
+    kp : int
+        Candidates per query, a power of two ≤ :data:`MAX_KP`.
+    precision : {"tf32", "ieee"}
+        ``tl.dot``'s input precision.
+    splits : int, optional
+        How many programs share the references of one block of queries (default: enough to fill the GPU).
+
+    Returns
+    -------
+    dist2 : torch.Tensor of shape (len(Q), kp), float32
+        Approximate squared distances, ascending (``inf`` where ``R`` has fewer rows).
+    index : torch.Tensor of shape (len(Q), kp), int64
+        Their reference rows (ties by the lower index).
+    """
+    m, d = Q.shape
+    n = R.shape[0]
+    if kp != _pow2(kp) or kp > MAX_KP:
+        raise ValueError(f"kp must be a power of two <= {MAX_KP}. Got {kp} instead.")
+    Q, R = Q.contiguous(), R.contiguous()
+    qn = (Q * Q).sum(1)
+    rn = (R * R).sum(1)
+    BM = 32 if kp <= 64 else 16
+    BN = max(64, kp)
+    BD = max(16, _pow2(d))  # the whole row of features in one dot (d <= MAX_D)
+    blocks = triton.cdiv(m, BM)
+    if splits is None:
+        sms = torch.cuda.get_device_properties(Q.device).multi_processor_count if Q.is_cuda else 4
+        splits = max(1, min(triton.cdiv(4 * sms, blocks), triton.cdiv(n, 16 * BN)))
+    per = triton.cdiv(triton.cdiv(n, splits), BN) * BN
+    splits = triton.cdiv(n, per)
+    out = torch.empty((m, splits, kp), dtype=torch.int64, device=Q.device)
+    _knn_kernel[(blocks, splits)](Q, R, qn, rn, out, m, n, d, per, Q.stride(0), R.stride(0),
+                                  BM=BM, BN=BN, BD=BD, KP=kp, PRECISION=precision,
+                                  INTERPRETED=os.environ.get("TRITON_INTERPRET") == "1",
+                                  num_warps=4 if kp <= 64 else 8)
+    keys = out.view(m, splits * kp)
+    if splits > 1:
+        keys = torch.sort(keys, dim=1).values[:, :kp]
+    dist = (keys >> 32).to(torch.int32).view(torch.float32)
+    return dist, keys & 0xFFFFFFFF
+
+
+def _exact_order(dist: torch.Tensor, idx: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first k of each row by (distance, index): ties by the lower index."""
+    by_index = torch.argsort(idx, dim=1)
+    d1, i1 = dist.gather(1, by_index), idx.gather(1, by_index)
+    order = torch.argsort(d1, dim=1, stable=True)[:, :k]
+    return d1.gather(1, order), i1.gather(1, order)
+
+
+def _rerank(Q64: torch.Tensor, R64: torch.Tensor, idx: torch.Tensor, cosine: bool) -> torch.Tensor:
+    """Float64 squared Euclidean (or cosine) distances of each query to its candidates (inf for padding)."""
+    valid = idx < R64.shape[0]
+    cand = R64[idx.clamp(max=R64.shape[0] - 1)]
+    if cosine:
+        num = (Q64[:, None, :] * cand).sum(-1)
+        den = Q64.norm(dim=1)[:, None] * cand.norm(dim=2)
+        dist = 1.0 - num / den
+    else:
+        dist = ((Q64[:, None, :] - cand) ** 2).sum(-1)
+    return torch.where(valid, dist, torch.full_like(dist, math.inf))
+
+
+def _exact_rows(Q64: torch.Tensor, R64: torch.Tensor, k: int, cosine: bool,
+                chunk: int = 1 << 14) -> tuple[torch.Tensor, torch.Tensor]:
+    """Float64 brute force for the few queries the fast pass could not certify (references in chunks)."""
+    best_d = torch.full((len(Q64), 0), math.inf, dtype=torch.float64, device=Q64.device)
+    best_i = torch.zeros((len(Q64), 0), dtype=torch.int64, device=Q64.device)
+    for c0 in range(0, len(R64), chunk):
+        Rc = R64[c0:c0 + chunk]
+        if cosine:
+            dist = 1.0 - (Q64 @ Rc.T) / (Q64.norm(dim=1)[:, None] * Rc.norm(dim=1)[None, :])
+        else:
+            dist = ((Q64[:, None, :] - Rc[None, :, :]) ** 2).sum(-1)
+        ids = torch.arange(c0, c0 + len(Rc), device=Q64.device).expand(len(Q64), -1)
+        best_d, best_i = _exact_order(torch.cat([best_d, dist], 1), torch.cat([best_i, ids], 1), k)
+    return best_d, best_i
+
+
+def fused_kneighbors(Y: torch.Tensor, X: torch.Tensor, k: int, *, metric: str = "euclidean",
+                     precision: str = "tf32", query_chunk: int = 1 << 16) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact k nearest rows of ``X`` for each row of ``Y`` through the fused kernel, certified in float64.
+
+    The kernel returns ``kp ≥ k + max(8, k/4)`` candidates per query by TF32 distances of centred data. Their
+    exact float64 distances are computed and sorted (ties by the lower index). A query is *certified* when its
+    exact k-th distance is below the kernel's ``kp``-th distance less the kernel's rounding bound
+    ``ε = 4·(2⁻¹⁰ + d·2⁻²³)·‖q‖·max‖c‖ + (d + 4)·2⁻²²·(‖q‖² + max‖c‖²)`` (TF32 inputs: 10-bit mantissas): no
+    reference outside the candidates can then be nearer. The rest (rare: near-ties at the boundary of the
+    candidate list) are recomputed by float64 brute force. So the answer equals the float64 reference.
+
+    Parameters
+    ----------
+    Y, X : torch.Tensor
+        Queries (m, d) and references (n, d), on one device, no NaN.
+    k : int
+        Neighbours, ``k + max(8, k // 4) <= MAX_KP`` and ``d <= MAX_D``.
+    metric : {"euclidean", "sqeuclidean", "cosine"}
+    precision : {"tf32", "ieee"}
+        The kernel's dot-product precision (the result is exact either way).
+
+    Returns
+    -------
+    distances : torch.Tensor of shape (m, k), float64
+    indices : torch.Tensor of shape (m, k), int64
+    """
+    cosine = metric == "cosine"
+    X64, Y64 = X.to(torch.float64), Y.to(torch.float64)
+    if cosine:  # the cosine order is the Euclidean order of the unit vectors
+        Xw, Yw = X64 / X64.norm(dim=1, keepdim=True), Y64 / Y64.norm(dim=1, keepdim=True)
+        mu = torch.zeros(X64.shape[1], dtype=torch.float64, device=X.device)
+    else:
+        Xw, Yw = X64, Y64
+        mu = X64.mean(0)
+    Xc = (Xw - mu).to(torch.float32).contiguous()
+    cmax = float((Xw - mu).norm(dim=1).max()) if len(X) else 0.0
+    d = X.shape[1]
+    kp = _pow2(k + max(8, k // 4))
+    u = 2.0**-10 if precision == "tf32" else 2.0**-23
+    out_d, out_i = [], []
+    for q0 in range(0, len(Y), query_chunk):
+        Yc = (Yw[q0:q0 + query_chunk] - mu)
+        d2, idx = candidates(Yc.to(torch.float32), Xc, kp, precision=precision)
+        exact = _rerank(Y64[q0:q0 + query_chunk], X64, idx, cosine)
+        if cosine:  # certify on the unit vectors' squared distances (2·cosine distance)
+            ex_sq = _rerank(Yw[q0:q0 + query_chunk], Xw, idx, False)
+        else:
+            ex_sq = exact
+        dist, ind = _exact_order(exact, idx, k)
+        kth_sq = torch.sort(ex_sq, dim=1).values[:, k - 1]
+        qn = Yc.norm(dim=1)
+        eps = 4 * (u + d * 2.0**-23) * qn * cmax + (d + 4) * 2.0**-22 * (qn**2 + cmax**2)
+        ok = (kth_sq < d2[:, -1].to(torch.float64) - eps) | torch.tensor(len(X) <= kp, device=Y.device)
+        bad = torch.nonzero(~ok).flatten()
+        if len(bad):
+            bd, bi = _exact_rows(Y64[q0:q0 + query_chunk][bad], X64, k, cosine)
+            dist[bad], ind[bad] = bd, bi
+        out_d.append(dist)
+        out_i.append(ind)
+    dist, ind = torch.cat(out_d), torch.cat(out_i)
+    if metric == "euclidean":
+        dist = dist.sqrt()
+    return dist, ind
+
+
+# The dot-product precision of the fused kernel inside the exact search, and the unit roundoff that the
+# search's rounding bound must then use (densitas.neighbors.distances.bound_coefficient): TF32 keeps 10 of
+# float32's 23 mantissa bits, so the matrix units run at full rate and the certificate is 2¹³ times looser;
+# the few queries it cannot certify go to the float64 pass.
+TILE_PRECISION = "tf32"
+UNIT_ROUNDOFF = {"tf32": 2.0**-11, "tf32x3": 2.0**-21, "ieee": 2.0**-24}
+
+
+def tile_topk(q, c, k: int, tile_cols: int):
+    """The Triton implementation of the operation ``knn_tile_topk`` (contract in :mod:`densitas.neighbors._torch`).
+
+    The dense squared-Euclidean mode (no missing values, no nominal columns, float32, at most :data:`MAX_D`
+    columns, ``k`` a candidate count of at most :data:`MAX_KP`) runs the fused kernel; every other form runs the
+    PyTorch implementation. The values carry TF32 rounding: the search's bound uses
+    ``UNIT_ROUNDOFF[TILE_PRECISION]`` (the ``unit_roundoff`` attribute of this function).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from densitas.neighbors._torch import prepare
+    >>> x = torch.arange(12.0).reshape(6, 2)
+    >>> q, c = prepare(x[:2], None, "sq", False, "query", torch.float32), \\
+    ...     prepare(x, None, "sq", False, "reference", torch.float32)
+    >>> v, i = tile_topk(q, c, 2, 1024)
+    >>> sorted(i[0].tolist())
+    [0, 1]
+    """
+    from densitas.neighbors._torch import tile_topk as torch_tile_topk
+
+    fused = (q.mode == "sq" and not q.masked and q.nom is None and q.x is not None and q.x.dtype == torch.float32
+             and q.x.shape[1] <= MAX_D and k <= MAX_KP and (q.x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"))
+    if not fused:
+        return torch_tile_topk(q, c, k, tile_cols)
+    kp = _pow2(k)
+    if kp > MAX_KP:
+        return torch_tile_topk(q, c, k, tile_cols)
+    dist, idx = candidates(q.x, c.x, kp, precision=TILE_PRECISION)
+    kk = min(k, len(c))
+    return dist[:, :kk], idx[:, :kk]
+
+
+tile_topk.unit_roundoff = UNIT_ROUNDOFF[TILE_PRECISION]

@@ -1,0 +1,72 @@
+"""The fused Triton distance + top-k kernel, in the interpreter (TRITON_INTERPRET=1, set by tests/conftest.py).
+
+Sizes stay tiny: the interpreter runs each program in Python.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+triton = pytest.importorskip("triton")
+
+from densitas.neighbors import _triton as fused  # noqa: E402
+
+SEED = int(os.environ.get("DENSITAS_TEST_SEED", "11"))
+
+
+def _reference(Y: torch.Tensor, X: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Float64 squared distances, sorted by (distance, index)."""
+    d = ((Y.double()[:, None, :] - X.double()[None, :, :]) ** 2).sum(-1)
+    idx = torch.arange(len(X)).expand(len(Y), -1)
+    order = np.lexsort((idx.numpy(), d.numpy()), axis=1)[:, :k]
+    o = torch.from_numpy(order)
+    return d.gather(1, o), idx.gather(1, o)
+
+
+@pytest.mark.parametrize(("m", "n", "d", "kp", "splits"), [(5, 70, 3, 16, 2), (33, 40, 17, 32, 1), (3, 9, 2, 16, 1)])
+def test_candidates_are_the_nearest_with_ties_by_lower_index(m, n, d, kp, splits):
+    g = torch.Generator().manual_seed(SEED)
+    X = torch.randint(0, 3, (n, d), generator=g).float()  # many exact ties
+    Y = torch.randint(0, 3, (m, d), generator=g).float()
+    dist, idx = fused.candidates(Y, X, kp, precision="ieee", splits=splits)
+    k = min(kp, n)
+    rd, ri = _reference(Y, X, k)
+    assert torch.equal(idx[:, :k], ri), f"seed {SEED}"
+    assert torch.allclose(dist[:, :k].double(), rd, atol=1e-5), f"seed {SEED}"
+    if n < kp:  # padding: infinite distance past the references
+        assert torch.isinf(dist[:, n:]).all()
+
+
+def test_fused_kneighbors_is_exact_for_every_metric():
+    g = torch.Generator().manual_seed(SEED)
+    X = torch.randn(60, 6, generator=g) + 50.0  # far from the origin: the centring matters
+    Y = torch.cat([X[:3], torch.randn(3, 6, generator=g) + 50.0])
+    from sklearn.neighbors import NearestNeighbors
+
+    for metric in ("euclidean", "sqeuclidean", "cosine"):
+        D, I_ = fused.fused_kneighbors(Y, X, 4, metric=metric)
+        ref = NearestNeighbors(n_neighbors=4, algorithm="brute", metric=metric).fit(X.double().numpy())
+        rd, ri = ref.kneighbors(Y.double().numpy())
+        np.testing.assert_allclose(D.numpy(), rd, rtol=1e-9, atol=1e-12, err_msg=f"{metric}, seed {SEED}")
+        assert (I_.numpy() == ri).all(), f"{metric}, seed {SEED}"
+        assert (I_[:3, 0] == torch.arange(3)).all()  # every query in X finds itself first
+
+
+def test_tile_topk_meets_the_operation_contract():
+    """Same values (to the TF32 bound) and same selected set as the PyTorch implementation."""
+    from densitas.neighbors._torch import prepare
+    from densitas.neighbors._torch import tile_topk as torch_tile_topk
+
+    g = torch.Generator().manual_seed(SEED)
+    X = torch.randn(50, 5, generator=g)
+    q = prepare(X[:7], None, "sq", False, "query", torch.float32)
+    c = prepare(X, None, "sq", False, "reference", torch.float32)
+    v, i = fused.tile_topk(q, c, 6, 1024)
+    tv, ti = torch_tile_topk(q, c, 6, 1024)
+    assert set(map(tuple, torch.sort(i, 1).values.tolist())) == set(map(tuple, torch.sort(ti, 1).values.tolist()))
+    bound = 4 * fused.tile_topk.unit_roundoff * float((X.norm(dim=1).max() * 2) ** 2)
+    assert float((torch.sort(v, 1).values - torch.sort(tv, 1).values).abs().max()) <= bound
