@@ -239,6 +239,7 @@ def encode(data: Any, schema: Schema, coder: NominalCoder, *, missing: str, name
     """
     import pandas as pd
 
+    whole = None  # the numeric block as one array, when the input is one (fast conversion)
     if isinstance(data, torch.Tensor):
         data = data.detach().cpu().numpy()
     if isinstance(data, pd.DataFrame):
@@ -271,6 +272,8 @@ def encode(data: Any, schema: Schema, coder: NominalCoder, *, missing: str, name
             num_cols = [num_block[:, i] for i in range(num_block.shape[1])]
         else:
             num_cols = [arr[:, j] for j in schema.numeric]
+            if not schema.nominal and arr.dtype.kind in "biuf":
+                whole = arr
         nom_cols = [arr[:, j] for j in schema.nominal]
     num = None
     if num_cols:
@@ -278,9 +281,12 @@ def encode(data: Any, schema: Schema, coder: NominalCoder, *, missing: str, name
             if c.dtype.kind not in "biuf":
                 raise InputError(f"'{name}' holds a non-numeric column of dtype {c.dtype}.")
         fdt = float_dtype or _float_dtype_of([c.dtype for c in num_cols])
-        block = np.empty((n, len(num_cols)), dtype=fdt)
-        for i, c in enumerate(num_cols):
-            block[:, i] = c
+        if whole is not None:
+            block = np.array(whole, dtype=fdt, order="C", copy=True)
+        else:
+            block = np.empty((n, len(num_cols)), dtype=fdt)
+            for i, c in enumerate(num_cols):
+                block[:, i] = c
         bad = ~np.isfinite(block)
         if bad.any():
             inf = np.isinf(block)

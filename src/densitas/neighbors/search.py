@@ -52,7 +52,7 @@ log = logging.getLogger("densitas")
 __all__ = ["References", "SearchStats", "search"]
 
 #: Largest query tile and reference tile of one fast-pass GEMM on the PyTorch path (cache-friendly sizes).
-TILE_QUERIES = 2048
+TILE_QUERIES = 512
 TILE_REFERENCES = 8192
 #: Relative slack of the certificate (covers the float64 rounding of the exact values).
 CERT_SLACK = 1e-12

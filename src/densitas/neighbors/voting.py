@@ -51,7 +51,7 @@ def rapidminer_weights(dist: Any) -> np.ndarray:
     d = np.asarray(dist, dtype=np.float64)
     if d.ndim != 2:
         raise InputError(f"'dist' must be 2-dimensional (queries × neighbours). Got shape {d.shape} instead.")
-    m, k = d.shape
+    k = d.shape[1]
     finite = ~np.isnan(d)
     kk = finite.sum(1, keepdims=True)
     dd = np.where(finite, d, 0.0)

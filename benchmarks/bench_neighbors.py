@@ -1,0 +1,154 @@
+"""Exact k-NN side by side with its peers, in one run, on the same data.
+
+    PYTHONPATH=src python benchmarks/bench_neighbors.py --device cpu           # 20k × 200k, d = 64, k = 10
+    PYTHONPATH=src python benchmarks/bench_neighbors.py --device cpu --small   # 2k × 20k: a quick run
+    PYTHONPATH=src python benchmarks/bench_neighbors.py                        # + GPU rows when CUDA is present
+
+CPU rows: densitas (float32 GEMM tiles + partial selection, float64 re-rank, certified exact) against
+scikit-learn's brute force (float64, ``NearestNeighbors(algorithm="brute")``) and faiss-cpu's exact
+``IndexFlatL2`` (float32; ``pip install faiss-cpu`` when absent). GPU rows (issue 11 sizes): densitas against
+``torch.cdist``-free GEMM + ``torch.topk`` in tiles on the same GPU (float32, what a careful user writes; not
+exact). "ratio" is peer time / densitas time (> 1: densitas faster); "agree" is the share of queries whose
+neighbour list equals densitas' (tie-aware sets). Figures are printed, not recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+
+from densitas._backend.device import resolve_device
+from densitas.neighbors import kneighbors
+
+
+def timed(fn, dev: torch.device, reps: int) -> tuple[float, object]:
+    """Median seconds over ``reps`` runs after one warm-up run (``reps = 0``: one cold run)."""
+    def once():
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        t0 = time.perf_counter()
+        out = fn()
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        return time.perf_counter() - t0, out
+
+    if reps == 0:
+        return once()
+    once()
+    runs = [once() for _ in range(reps)]
+    return statistics.median(t for t, _ in runs), runs[-1][1]
+
+
+def agree(i_a: np.ndarray, i_b: np.ndarray) -> float:
+    return float(np.mean([set(a) == set(b) for a, b in zip(i_a, i_b, strict=True)]))
+
+
+def torch_gemm_topk(X: torch.Tensor, Y: torch.Tensor, k: int, tile: int = 4096) -> tuple[torch.Tensor, torch.Tensor]:
+    """The GPU baseline: ‖q‖² − 2q·c + ‖c‖² in query tiles, then torch.topk (float32, not exact)."""
+    cn = (X * X).sum(1)
+    ds, is_ = [], []
+    for s in range(0, len(Y), tile):
+        q = Y[s:s + tile]
+        d = torch.addmm(cn[None, :], q, X.T, alpha=-2.0)
+        v, i = torch.topk(d, k, dim=1, largest=False)
+        ds.append(v + (q * q).sum(1, keepdim=True))
+        is_.append(i)
+    return torch.cat(ds), torch.cat(is_)
+
+
+def cpu_rows(m: int, n: int, d: int, k: int, reps: int, seed: int) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d), dtype=np.float32)
+    Y = rng.standard_normal((m, d), dtype=np.float32)
+    dev = torch.device("cpu")
+    rows = []
+    t_ours, (_, i_ours) = timed(lambda: kneighbors(X, Y, k, device="cpu"), dev, reps)
+    rows.append({"case": f"CPU {m:,} × {n:,}, d={d}, k={k}", "impl": "densitas (exact)", "s": t_ours,
+                 "ratio": 1.0, "agree": 1.0})
+    try:
+        import faiss
+
+        def run_faiss():
+            index = faiss.IndexFlatL2(d)
+            index.add(X)
+            return index.search(Y, k)
+
+        t, (_, i_f) = timed(run_faiss, dev, reps)
+        rows.append({"case": "", "impl": f"faiss-cpu {faiss.__version__} IndexFlatL2", "s": t,
+                     "ratio": t / t_ours, "agree": agree(i_ours, i_f)})
+    except ImportError:
+        rows.append({"case": "", "impl": "faiss-cpu: not installed (pip install faiss-cpu)", "s": float("nan"),
+                     "ratio": float("nan"), "agree": float("nan")})
+    import sklearn
+    from sklearn.neighbors import NearestNeighbors
+
+    X64, Y64 = X.astype(np.float64), Y.astype(np.float64)
+    t, (_, i_s) = timed(lambda: NearestNeighbors(n_neighbors=k, algorithm="brute").fit(X64).kneighbors(Y64), dev,
+                        max(reps - 1, 0))
+    rows.append({"case": "", "impl": f"scikit-learn {sklearn.__version__} brute (float64)", "s": t,
+                 "ratio": t / t_ours, "agree": agree(i_ours, i_s)})
+    return rows
+
+
+def gpu_rows(reps: int, seed: int, small: bool) -> list[dict]:
+    dev = resolve_device("cuda")
+    g = torch.Generator(device=dev).manual_seed(seed)
+    cases = [(100_000, 1_000_000, 64, 10), (10_000, 1_000_000, 128, 100), (10_000, 1_000_000, 128, 1024),
+             (10_000, 1_000_000, 128, 2048)]
+    if small:
+        cases = [(10_000, 100_000, 64, 10), (2_000, 100_000, 128, 100)]
+    rows = []
+    for m, n, d, k in cases:
+        X = torch.randn(n, d, device=dev, generator=g)
+        Y = torch.randn(m, d, device=dev, generator=g)
+        t_ours, (_, i_ours) = timed(lambda X=X, Y=Y, k=k: kneighbors(X, Y, k), dev, reps)
+        t_base, (_, i_base) = timed(lambda X=X, Y=Y, k=k: torch_gemm_topk(X, Y, k), dev, reps)
+        rows.append({"case": f"GPU {m:,} × {n:,}, d={d}, k={k}", "impl": "densitas (exact)", "s": t_ours,
+                     "ratio": 1.0, "agree": 1.0})
+        rows.append({"case": "", "impl": "torch GEMM + topk (float32)", "s": t_base, "ratio": t_base / t_ours,
+                     "agree": agree(i_ours.cpu().numpy(), i_base.cpu().numpy())})
+        del X, Y
+        torch.cuda.empty_cache()
+    return rows
+
+
+def print_table(rows: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="densitas.neighbors — exact k-NN beside its peers (ratio = peer / densitas)")
+    for c in ("case", "implementation", "time", "ratio", "agree"):
+        t.add_column(c, justify="left" if c in ("case", "implementation") else "right")
+    for r in rows:
+        t.add_row(r["case"], r["impl"], f"{r['s']:.3f} s" if r["s"] == r["s"] else "—",
+                  f"{r['ratio']:.2f}" if r["ratio"] == r["ratio"] else "—",
+                  f"{r['agree']:.4f}" if r["agree"] == r["agree"] else "—")
+    Console(width=140).print(t)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="auto", help="auto (GPU rows when CUDA is present), cpu or cuda")
+    ap.add_argument("--small", action="store_true", help="quick sizes (CPU 2,000 × 20,000)")
+    ap.add_argument("--reps", type=int, default=None, help="timed repeats after a warm-up (default 3; 1 full size)")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    dev = resolve_device(args.device)
+    reps = args.reps if args.reps is not None else (3 if args.small else 1)
+    rows: list[dict] = []
+    if dev.type == "cuda":
+        rows += gpu_rows(reps, args.seed, args.small)
+    m, n = (2_000, 20_000) if args.small else (20_000, 200_000)
+    rows += cpu_rows(m, n, 64, 10, reps, args.seed)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads", file=sys.stderr)
+    print_table(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
