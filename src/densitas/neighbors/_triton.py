@@ -4,9 +4,10 @@ One program owns ``BM`` queries and one *split* of the references. It streams th
 references: the tile's distances ``‖q‖² + ‖c‖² − 2 q·c`` come from one ``tl.dot`` (TF32 on the matrix units
 where allowed), and never leave the chip. Each distance and its reference index are packed into one int64 key
 (the float's bits above the index: for non-negative floats the integer order is the float order, and equal
-distances order by the lower index), so a running top-``KP`` is a sort: the tile's keys are sorted, its first
-``KP`` joined with the best ``KP`` so far, and the ``2·KP`` sorted again. A tile none of whose distances beats
-any query's current ``KP``-th best is skipped after one comparison. The result per (query, split) is ``KP``
+distances order by the lower index). The running top-``KP`` is an unsorted set of keys with its worst
+distance as a threshold: a tile's distances below the threshold enter one round at a time (each row's smallest
+replaces the row's worst), so after the first tiles almost every tile costs one comparison per distance; the
+set is sorted once at the end. The result per (query, split) is ``KP``
 candidate keys; :func:`candidates` merges the splits.
 
 The keys are *candidates*: the caller re-ranks them in float64 and certifies that the exact top-k is among them
@@ -30,18 +31,11 @@ _INF_BITS = 0x7F800000  # float32 +inf
 
 
 @triton.jit
-def _first_chunk(keys, BM: tl.constexpr, W: tl.constexpr, KP: tl.constexpr):
-    """The first KP of each row of a [BM, W] tensor (W a multiple of KP)."""
-    k3 = tl.reshape(keys, [BM, W // KP, KP])
-    j = tl.arange(0, W // KP)
-    big = tl.full([BM, W // KP, KP], 0x7FFFFFFFFFFFFFFF, tl.int64)
-    return tl.min(tl.where(j[None, :, None] == 0, k3, big), axis=1)
-
-
-@triton.jit
 def _tile(Q, R, qn, RN, best, thresh, rows, rmask, cols, n, d, stride_q, stride_r,
           BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, KP: tl.constexpr, PRECISION: tl.constexpr):
-    """Fold the tile of references ``cols`` into the running top-KP ``best`` (keys) and its threshold."""
+    """Fold the tile of references ``cols`` into the running top-KP ``best`` (unsorted keys) and its worst
+    distance ``thresh``: the tile's distances below ``thresh`` enter one at a time (each row's smallest replaces
+    its worst), so a tile with no improving distance costs one comparison per distance."""
     cmask = cols < n
     dk = tl.arange(0, BD)
     dmask = dk < d
@@ -50,18 +44,23 @@ def _tile(Q, R, qn, RN, best, thresh, rows, rmask, cols, n, d, stride_q, stride_
     acc = tl.dot(q, tl.trans(r), input_precision=PRECISION)
     rn = tl.load(RN + cols, mask=cmask, other=0.0)
     dist = tl.maximum(qn[:, None] + rn[None, :] - 2.0 * acc, 0.0)
-    dist = tl.where(cmask[None, :] & rmask[:, None], dist, float("inf"))
-    gain = tl.min(tl.min(tl.where(dist < thresh[:, None], -1.0, 1.0), axis=1), axis=0)
-    if gain < 0.0:
+    # references are visited in increasing index within a split: a later equal distance never wins a tie
+    hit = (dist < thresh[:, None]) & cmask[None, :] & rmask[:, None]
+    left = tl.sum(tl.sum(hit.to(tl.int32), axis=1), axis=0)
+    if left > 0:
+        big = tl.full([BM, BN], 0x7FFFFFFFFFFFFFFF, tl.int64)
         bits = dist.to(tl.int32, bitcast=True).to(tl.int64)
-        key = (bits << 32) | cols[None, :].to(tl.int64)
-        key = tl.sort(key, dim=1)
-        top = _first_chunk(key, BM, BN, KP)
-        both = tl.reshape(tl.join(best, top), [BM, 2 * KP])
-        both = tl.sort(both, dim=1)
-        best = _first_chunk(both, BM, 2 * KP, KP)
-        worst = (tl.max(best, axis=1) >> 32).to(tl.int32)
-        thresh = worst.to(tl.float32, bitcast=True)
+        keys = tl.where(hit, (bits << 32) | cols[None, :].to(tl.int64), big)
+        for _ in range(KP):  # at most KP rounds: a row takes at most KP keys from one tile
+            if left > 0:
+                kmin = tl.min(keys, axis=1)
+                worst = tl.max(best, axis=1)
+                take = kmin < worst
+                best = tl.where((best == worst[:, None]) & take[:, None], kmin[:, None], best)
+                worst = tl.max(best, axis=1)
+                keys = tl.where((keys == kmin[:, None]) | (keys > worst[:, None]), big, keys)
+                left = tl.sum(tl.sum((keys != big).to(tl.int32), axis=1), axis=0)
+        thresh = (tl.max(best, axis=1) >> 32).to(tl.int32).to(tl.float32, bitcast=True)
     return best, thresh
 
 
@@ -77,7 +76,9 @@ def _knn_kernel(Q, R, QN, RN, OUT, m, n, d, n_per_split,
     rmask = rows < m
     qn = tl.load(QN + rows, mask=rmask, other=0.0)
     start = pid_s * n_per_split
-    best = (tl.full([BM, KP], 0x7F800000, tl.int64) << 32) | 0xFFFFFFFF
+    kk = tl.arange(0, KP)
+    # +inf with distinct padding indices (keys must be unique: the worst is replaced by equality)
+    best = (tl.full([BM, KP], 0x7F800000, tl.int64) << 32) | (tl.full([BM, KP], 0xFFFFFFFF, tl.int64) - kk[None, :])
     thresh = tl.full([BM], float("inf"), tl.float32)
     if INTERPRETED:  # the interpreter runs no range() over a runtime bound; a while loop is the same walk
         c0 = 0
@@ -89,7 +90,7 @@ def _knn_kernel(Q, R, QN, RN, OUT, m, n, d, n_per_split,
         for c0 in range(0, n_per_split, BN):
             best, thresh = _tile(Q, R, qn, RN, best, thresh, rows, rmask, start + c0 + tl.arange(0, BN), n, d,
                                  stride_q, stride_r, BM, BN, BD, KP, PRECISION)
-    kk = tl.arange(0, KP)
+    best = tl.sort(best, dim=1)
     out = OUT + (rows[:, None] * n_splits + pid_s) * KP + kk[None, :]
     tl.store(out, best, mask=rmask[:, None])
 
@@ -99,7 +100,8 @@ def _pow2(x: int) -> int:
 
 
 def candidates(Q: torch.Tensor, R: torch.Tensor, kp: int, *, precision: str = "tf32",
-               splits: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+               splits: int | None = None, block_m: int | None = None, block_n: int | None = None,
+               num_warps: int | None = None, num_stages: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """For each row of ``Q`` the ``kp`` references of ``R`` nearest in (TF32-rounded) squared distance.
 
     Parameters
@@ -112,6 +114,8 @@ def candidates(Q: torch.Tensor, R: torch.Tensor, kp: int, *, precision: str = "t
         ``tl.dot``'s input precision.
     splits : int, optional
         How many programs share the references of one block of queries (default: enough to fill the GPU).
+    block_m, block_n, num_warps : int, optional
+        Launch settings (queries and references per tile, warps); defaults by ``kp``.
 
     Returns
     -------
@@ -127,8 +131,8 @@ def candidates(Q: torch.Tensor, R: torch.Tensor, kp: int, *, precision: str = "t
     Q, R = Q.contiguous(), R.contiguous()
     qn = (Q * Q).sum(1)
     rn = (R * R).sum(1)
-    BM = 32 if kp <= 64 else 16
-    BN = max(64, kp)
+    BM = block_m or (32 if kp <= 64 else 16)
+    BN = max(block_n or 64, kp)
     BD = max(16, _pow2(d))  # the whole row of features in one dot (d <= MAX_D)
     blocks = triton.cdiv(m, BM)
     if splits is None:
@@ -140,7 +144,7 @@ def candidates(Q: torch.Tensor, R: torch.Tensor, kp: int, *, precision: str = "t
     _knn_kernel[(blocks, splits)](Q, R, qn, rn, out, m, n, d, per, Q.stride(0), R.stride(0),
                                   BM=BM, BN=BN, BD=BD, KP=kp, PRECISION=precision,
                                   INTERPRETED=os.environ.get("TRITON_INTERPRET") == "1",
-                                  num_warps=4 if kp <= 64 else 8)
+                                  num_warps=num_warps or (4 if kp <= 64 else 8), num_stages=num_stages or 2)
     keys = out.view(m, splits * kp)
     if splits > 1:
         keys = torch.sort(keys, dim=1).values[:, :kp]
