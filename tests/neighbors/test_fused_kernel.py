@@ -70,3 +70,24 @@ def test_tile_topk_meets_the_operation_contract():
     assert set(map(tuple, torch.sort(i, 1).values.tolist())) == set(map(tuple, torch.sort(ti, 1).values.tolist()))
     bound = 4 * fused.tile_topk.unit_roundoff * float((X.norm(dim=1).max() * 2) ** 2)
     assert float((torch.sort(v, 1).values - torch.sort(tv, 1).values).abs().max()) <= bound
+
+
+def test_kneighbors_through_the_triton_backend_equals_scikit_learn():
+    """The search with the Triton implementation of knn_tile_topk forced (interpreter on the CPU)."""
+    from sklearn.neighbors import NearestNeighbors
+
+    from densitas._backend.dispatch import use_backend
+    from densitas.neighbors import kneighbors
+
+    rng = np.random.default_rng(SEED)
+    X = rng.normal(size=(80, 4)).astype(np.float32)
+    X[40:50] = X[:10]  # duplicates
+    Y = np.concatenate([X[:5], rng.normal(size=(4, 4)).astype(np.float32)])
+    with use_backend("triton"):
+        D, I_ = kneighbors(X, Y, 5)
+    rd, _ = NearestNeighbors(n_neighbors=5, algorithm="brute").fit(X.astype(np.float64)).kneighbors(
+        Y.astype(np.float64))
+    np.testing.assert_allclose(np.asarray(D), rd, rtol=1e-6, atol=1e-6, err_msg=f"seed {SEED}")
+    ref = ((Y[:, None, :].astype(np.float64) - X[None].astype(np.float64)) ** 2).sum(-1)
+    want = np.lexsort((np.broadcast_to(np.arange(len(X)), ref.shape), ref), axis=1)[:, :5]
+    assert (np.asarray(I_) == want).all(), f"seed {SEED}"

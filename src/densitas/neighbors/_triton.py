@@ -11,7 +11,8 @@ set is sorted once at the end. The result per (query, split) is ``KP``
 candidate keys; :func:`candidates` merges the splits.
 
 The keys are *candidates*: the caller re-ranks them in float64 and certifies that the exact top-k is among them
-(:func:`densitas.neighbors.fast.fused_kneighbors`), so TF32 rounding never changes an answer.
+(:func:`fused_kneighbors`, or the search of :mod:`densitas.neighbors.search` through the operation
+``knn_tile_topk``), so TF32 rounding never changes an answer.
 """
 
 from __future__ import annotations

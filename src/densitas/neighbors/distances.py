@@ -382,12 +382,14 @@ def unit_roundoff(dtype: torch.dtype) -> float:
     return float(torch.finfo(dtype).eps) / 2.0
 
 
-def bound_coefficient(metric: Metric, p: int, skip: bool, dtype: torch.dtype) -> float:
+def bound_coefficient(metric: Metric, p: int, skip: bool, dtype: torch.dtype, unit: float | None = None) -> float:
     """κ in ``ε = κ·scale``: twice the worst-case accumulated roundoff ``(w + 10)·u`` of a length-``w`` dot
     product plus the centring, norm and final additions, in ``dtype``, plus the same for the float64 exact
-    values. ``w`` is the GEMM width (3p for the masked forms)."""
+    values. ``w`` is the GEMM width (3p for the masked forms). ``unit``: the fast pass's unit roundoff when its
+    products are rounder than ``dtype`` (TF32 inputs on the matrix units: 2⁻¹¹)."""
     w = (3 * p if skip else p) + 10
-    return 2.0 * w * (unit_roundoff(dtype) + unit_roundoff(torch.float64))
+    u = unit_roundoff(dtype) if unit is None else max(float(unit), unit_roundoff(dtype))
+    return 2.0 * w * (u + unit_roundoff(torch.float64))
 
 
 def row_scales(metric: Metric, x: torch.Tensor | None, r: int) -> torch.Tensor | None:

@@ -33,6 +33,7 @@ from densitas._backend.chunking import memory_budget as default_budget
 from densitas._backend.chunking import parse_bytes
 from densitas._backend.dispatch import select
 from densitas.neighbors import _torch  # noqa: F401  (registers the PyTorch implementation)
+from densitas.neighbors import _triton_registry  # noqa: F401  (registers the fused Triton kernel, lazily)
 from densitas.neighbors._torch import FastRows, prepare
 from densitas.neighbors.distances import (
     Encoded,
@@ -148,6 +149,15 @@ def _gather_rows(t: torch.Tensor | None, pos: torch.Tensor) -> torch.Tensor | No
     return None if t is None else t[pos]
 
 
+def _fast_unit(backend: str, fast_dtype: torch.dtype) -> float | None:
+    """The unit roundoff of the fast pass's products when the Triton kernel runs it (TF32), else None."""
+    if backend != "triton" or fast_dtype != torch.float32:
+        return None
+    from densitas.neighbors._triton import TILE_PRECISION, UNIT_ROUNDOFF
+
+    return UNIT_ROUNDOFF[TILE_PRECISION]
+
+
 def search(refs: References, queries: Encoded, k: int, metric: Metric, *, skip: bool, device: torch.device,
            budget: int | str | None = None, fast_dtype: torch.dtype | None = None,
            stats: SearchStats | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -202,7 +212,7 @@ def search(refs: References, queries: Encoded, k: int, metric: Metric, *, skip: 
 
     backend, op = select("knn_tile_topk", device)
     stats.backend = backend
-    kappa = bound_coefficient(metric, p, skip, fast_dtype)
+    kappa = bound_coefficient(metric, p, skip, fast_dtype, _fast_unit(backend, fast_dtype))
     states: list[tuple[torch.Tensor, ...] | None] = [None] * len(q_tiles)
     lower = torch.full((m,), math.inf, dtype=torch.float64, device=device)
     q_fast: FastRows | None = None
