@@ -91,3 +91,30 @@ def test_kneighbors_through_the_triton_backend_equals_scikit_learn():
     ref = ((Y[:, None, :].astype(np.float64) - X[None].astype(np.float64)) ** 2).sum(-1)
     want = np.lexsort((np.broadcast_to(np.arange(len(X)), ref.shape), ref), axis=1)[:, :5]
     assert (np.asarray(I_) == want).all(), f"seed {SEED}"
+
+
+def _tf32(x: torch.Tensor) -> torch.Tensor:
+    """x with its float32 mantissa truncated to TF32's 10 bits (the worse of truncation and rounding)."""
+    return (x.view(torch.int32) & ~0x1FFF).view(torch.float32)
+
+
+def test_tf32_rounding_stays_inside_the_certificate_bound():
+    """Simulated TF32 products (inputs truncated to 10 mantissa bits, float32 accumulation): every fast value is
+    within the search's bound ε = κ·((a_q + a_c)² + 1) of the float64 value, for data with and without an
+    offset (a bound too tight would certify wrong answers)."""
+    from densitas.neighbors.distances import bound_coefficient, get_metric
+
+    metric = get_metric("sqeuclidean")
+    rng = np.random.default_rng(SEED)
+    for offset in (0.0, 3.0):
+        X = torch.from_numpy(rng.normal(size=(300, 33)).astype(np.float32) + offset)
+        Y = torch.from_numpy(rng.normal(size=(40, 33)).astype(np.float32) + offset)
+        mu = X.double().mean(0).float()
+        Xc, Yc = X - mu, Y - mu
+        fast = (Yc * Yc).sum(1)[:, None] + (Xc * Xc).sum(1)[None, :] - 2.0 * (_tf32(Yc) @ _tf32(Xc).T)
+        exact = ((Y.double()[:, None, :] - X.double()[None, :, :]) ** 2).sum(-1)
+        kappa = bound_coefficient(metric, 33, False, torch.float32, fused.UNIT_ROUNDOFF["tf32"])
+        eps = kappa * ((Yc.double().norm(dim=1)[:, None] + Xc.double().norm(dim=1).max()) ** 2 + 1.0)
+        err = (fast.double() - exact).abs()
+        assert bool((err <= eps).all()), f"seed {SEED}, offset {offset}: max err/eps {float((err / eps).max())}"
+        assert float((err / eps).max()) > 1e-3  # the bound is not vacuous: TF32 errors reach its scale

@@ -260,7 +260,9 @@ def fused_kneighbors(Y: torch.Tensor, X: torch.Tensor, k: int, *, metric: str = 
 # float32's 23 mantissa bits, so the matrix units run at full rate and the certificate is 2¹³ times looser;
 # the few queries it cannot certify go to the float64 pass.
 TILE_PRECISION = "tf32"
-UNIT_ROUNDOFF = {"tf32": 2.0**-11, "tf32x3": 2.0**-21, "ieee": 2.0**-24}
+# relative rounding of one input of the dot: TF32 keeps 10 mantissa bits (2⁻¹⁰ covers truncation as well as
+# rounding); "tf32x3" splits each input into two TF32 parts (about 2⁻²¹); "ieee" rounds nothing (0: float32)
+UNIT_ROUNDOFF = {"tf32": 2.0**-10, "tf32x3": 2.0**-20, "ieee": 0.0}
 
 
 def tile_topk(q, c, k: int, tile_cols: int):

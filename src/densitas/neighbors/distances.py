@@ -385,11 +385,16 @@ def unit_roundoff(dtype: torch.dtype) -> float:
 def bound_coefficient(metric: Metric, p: int, skip: bool, dtype: torch.dtype, unit: float | None = None) -> float:
     """κ in ``ε = κ·scale``: twice the worst-case accumulated roundoff ``(w + 10)·u`` of a length-``w`` dot
     product plus the centring, norm and final additions, in ``dtype``, plus the same for the float64 exact
-    values. ``w`` is the GEMM width (3p for the masked forms). ``unit``: the fast pass's unit roundoff when its
-    products are rounder than ``dtype`` (TF32 inputs on the matrix units: 2⁻¹¹)."""
+    values. ``w`` is the GEMM width (3p for the masked forms).
+
+    ``unit``: the relative rounding of the fast pass's *inputs* when its products are rounder than ``dtype``
+    (TF32 on the matrix units keeps 10 mantissa bits: at most 2⁻¹⁰ per input, even truncated). Each product
+    ``q_i·c_i`` is then off by at most ``2.001·unit·|q_i c_i|``, the dot product by ``2.001·unit·‖q‖‖c‖`` and the
+    value ``‖q‖² + ‖c‖² − 2q·c`` by ``4.002·unit·‖q‖‖c‖ ≤ 1.0005·unit·(a_q + a_c)²``; κ adds ``2·unit`` to the
+    accumulation term (a factor 2 of margin). The accumulation itself stays in ``dtype``."""
     w = (3 * p if skip else p) + 10
-    u = unit_roundoff(dtype) if unit is None else max(float(unit), unit_roundoff(dtype))
-    return 2.0 * w * (u + unit_roundoff(torch.float64))
+    kappa = 2.0 * w * (unit_roundoff(dtype) + unit_roundoff(torch.float64))
+    return kappa if unit is None else kappa + 2.0 * float(unit)
 
 
 def row_scales(metric: Metric, x: torch.Tensor | None, r: int) -> torch.Tensor | None:
