@@ -9,6 +9,7 @@ import torch
 
 from densitas._backend.chunking import parse_bytes
 from densitas._backend.device import DeviceLike, resolve_device
+from densitas._backend.dispatch import select
 from densitas.exceptions import InputError
 from densitas.neighbors.distances import (
     MISSING,
@@ -88,6 +89,34 @@ def encode_queries(Y: Any, refs: References, missing: str, device: torch.device,
     return encode(Y, refs.schema, refs.coder, missing=missing, name=name).to(device)
 
 
+def _fused(refs: Any, q: Any, k: int, m_obj: Any, dev: torch.device, fast: torch.dtype | None,
+           budget: int | None) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The fused kernel's own driver (:func:`densitas.neighbors._triton.fused_kneighbors`: one launch per
+    65,536 queries over all references, float64 re-rank, certificate, exact fallback) where it applies: CUDA with
+    the Triton backend, float32 references in memory, (squared) Euclidean, no nominal or missing values, and
+    ``d`` and ``k`` within the kernel's limits and the memory budget. Else None: the general search."""
+    if dev.type != "cuda" or refs.encoded is None or fast != torch.float32 or q.nom is not None:
+        return None
+    if refs.encoded.nom is not None or refs.encoded.num is None or m_obj.name not in ("euclidean", "sqeuclidean"):
+        return None
+    backend, _ = select("knn_tile_topk", dev)
+    if backend != "triton":
+        return None
+    from densitas.neighbors import _triton as fused
+
+    n, d = refs.encoded.num.shape
+    kp = fused._pow2(k + max(8, k // 4))
+    if d > fused.MAX_D or kp > fused.MAX_KP:
+        return None
+    need = n * d * 12 + min(q.n, 1 << 16) * kp * (d + 4) * 8  # float64 copy of X, re-rank gathers
+    if budget is not None and need > budget:
+        return None
+    X = refs.encoded.num.to(dev)
+    if bool(torch.isnan(X).any()) or bool(torch.isnan(q.num).any()):
+        return None
+    return fused.fused_kneighbors(q.num, X, k, metric=m_obj.name)
+
+
 def kneighbors(X: Any, Y: Any, k: int, *, metric: str = "euclidean", nominal: Any = None, missing: str = "raise",
                device: DeviceLike = "auto", memory_budget: int | str | None = None) -> tuple[Any, Any]:
     """The ``k`` nearest rows of ``X`` to every row of ``Y``, exactly, in bounded memory.
@@ -159,8 +188,12 @@ def kneighbors(X: Any, Y: Any, k: int, *, metric: str = "euclidean", nominal: An
         if q.num is not None:
             f32 = (torch.float32, torch.float16)
             fast = torch.float32 if (q.num.dtype in f32 and refs.float_dtype == np.float32) else torch.float64
-        d, i = search(refs, q, k, m_obj, skip=missing == "skip", device=dev, budget=budget, fast_dtype=fast,
-                      stats=SearchStats())
+        got = _fused(refs, q, k, m_obj, dev, fast, budget)
+        if got is not None:
+            d, i = got
+        else:
+            d, i = search(refs, q, k, m_obj, skip=missing == "skip", device=dev, budget=budget, fast_dtype=fast,
+                          stats=SearchStats())
     if as_torch:
         return d, i
     return d.cpu().numpy(), i.cpu().numpy()

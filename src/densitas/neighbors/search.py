@@ -55,6 +55,9 @@ __all__ = ["References", "SearchStats", "search"]
 #: Largest query tile and reference tile of one fast-pass GEMM on the PyTorch path (cache-friendly sizes).
 TILE_QUERIES = 512
 TILE_REFERENCES = 8192
+#: The same on a CUDA device: GEMMs and top-k selections large enough to fill the GPU (bounded by the budget).
+TILE_QUERIES_CUDA = 8192
+TILE_REFERENCES_CUDA = 65536
 #: Relative slack of the certificate (covers the float64 rounding of the exact values).
 CERT_SLACK = 1e-12
 
@@ -204,10 +207,12 @@ def search(refs: References, queries: Encoded, k: int, metric: Metric, *, skip: 
     ref_row_bytes = p * (8 + 8 + fsize * (4 if skip else 2)) + r * 16 + 16
     block_rows = max(cap // 4 // max(ref_row_bytes, 1), 1)
     pair_bytes = fsize * (5 if skip else 2) + (12 if r else 0) + 8
-    tile_cols = int(max(min(TILE_REFERENCES, block_rows, cap // 4 // pair_bytes), 1))
+    cuda = torch.device(device).type == "cuda"
+    tile_refs, tile_queries = (TILE_REFERENCES_CUDA, TILE_QUERIES_CUDA) if cuda else (TILE_REFERENCES, TILE_QUERIES)
+    tile_cols = int(max(min(tile_refs, block_rows, cap // 4 // pair_bytes), 1))
     kp_bytes = kp_target * (p * 8 * 3 + r * 24 + 64) + 2 * (k + kp_target) * 48
     per_query = tile_cols * pair_bytes + kp_bytes + p * 8 * 3
-    q_rows = int(max(min(TILE_QUERIES, cap // 2 // per_query), 1))
+    q_rows = int(max(min(tile_queries, cap // 2 // per_query), 1))
     q_tiles = [slice(s, min(s + q_rows, m)) for s in range(0, m, q_rows)]
 
     backend, op = select("knn_tile_topk", device)
