@@ -396,7 +396,8 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
         frac = np.minimum(1.0, (2 * quota + 50) / np.maximum(gsizes, 1))
         con.execute("CREATE TEMP TABLE _densitas_quota AS SELECT unnest(range(?)) AS gid, unnest(?::BIGINT[]) AS q, "
                     "unnest(?::DOUBLE[]) AS frac", [len(quota), quota.tolist(), frac.tolist()])
-        hashed = (f"(SELECT b.*, hash(xor(hash(coalesce(b._densitas_rid, b.rowid)), {int(opts.seed) * 7919 + 1}::UBIGINT)) AS h "
+        salt = int(opts.seed) * 7919 + 1
+        hashed = (f"(SELECT b.*, hash(xor(hash(coalesce(b._densitas_rid, b.rowid)), {salt}::UBIGINT)) AS h "
                   "FROM _densitas_binned b)")
         for cond in ("(h >> 11)::DOUBLE / 9007199254740992.0 < frac", "true"):
             con.execute(f"CREATE OR REPLACE TABLE {sample_t} AS SELECT gid::SMALLINT AS gid, "

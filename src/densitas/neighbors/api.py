@@ -89,32 +89,33 @@ def encode_queries(Y: Any, refs: References, missing: str, device: torch.device,
     return encode(Y, refs.schema, refs.coder, missing=missing, name=name).to(device)
 
 
-def _fused(refs: Any, q: Any, k: int, m_obj: Any, dev: torch.device, fast: torch.dtype | None,
+def _fused(X: torch.Tensor, Y: torch.Tensor, k: int, metric: str, dev: torch.device,
            budget: int | None) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The fused kernel's own driver (:func:`densitas.neighbors._triton.fused_kneighbors`: one launch per
     65,536 queries over all references, float64 re-rank, certificate, exact fallback) where it applies: CUDA with
-    the Triton backend, float32 references in memory, (squared) Euclidean, no nominal or missing values, and
-    ``d`` and ``k`` within the kernel's limits and the memory budget. Else None: the general search."""
-    if dev.type != "cuda" or refs.encoded is None or fast != torch.float32 or q.nom is not None:
+    the Triton backend, float32 references and queries on the device, (squared) Euclidean, finite values, ``d``
+    and ``k`` within the kernel's limits, and the float64 copy of the references within the memory budget.
+    Else None: the general search."""
+    if dev.type != "cuda" or metric not in ("euclidean", "sqeuclidean"):
         return None
-    if refs.encoded.nom is not None or refs.encoded.num is None or m_obj.name not in ("euclidean", "sqeuclidean"):
+    if X.dtype != torch.float32 or Y.dtype != torch.float32 or X.ndim != 2 or Y.ndim != 2 or X.shape[1] != Y.shape[1]:
         return None
     backend, _ = select("knn_tile_topk", dev)
     if backend != "triton":
         return None
     from densitas.neighbors import _triton as fused
 
-    n, d = refs.encoded.num.shape
+    n, d = X.shape
     kp = fused._pow2(k + max(8, k // 4))
-    if d > fused.MAX_D or kp > fused.MAX_KP:
+    if d > fused.MAX_D or kp > fused.MAX_KP or len(Y) == 0:
         return None
-    need = n * d * 12 + min(q.n, 1 << 16) * kp * (d + 4) * 8  # float64 copy of X, re-rank gathers
+    need = n * d * 12 + min(len(Y), 1 << 16) * kp * (d + 4) * 8  # float64 copy of X, re-rank gathers
     if budget is not None and need > budget:
         return None
-    X = refs.encoded.num.to(dev)
-    if bool(torch.isnan(X).any()) or bool(torch.isnan(q.num).any()):
-        return None
-    return fused.fused_kneighbors(q.num, X, k, metric=m_obj.name)
+    X, Y = X.to(dev), Y.to(dev)
+    if not (bool(torch.isfinite(X).all()) and bool(torch.isfinite(Y).all())):
+        return None  # the general path raises or skips, naming the row and column
+    return fused.fused_kneighbors(Y, X, k, metric=metric)
 
 
 def kneighbors(X: Any, Y: Any, k: int, *, metric: str = "euclidean", nominal: Any = None, missing: str = "raise",
@@ -177,6 +178,11 @@ def kneighbors(X: Any, Y: Any, k: int, *, metric: str = "euclidean", nominal: An
     check_missing(missing)
     budget = check_budget(memory_budget)
     dev = resolve_device(device, *(t for t in (X, Y) if isinstance(t, torch.Tensor)))
+    if isinstance(X, torch.Tensor) and isinstance(Y, torch.Tensor) and X.is_cuda and nominal is None \
+            and X.ndim == 2:  # device tensors: no round trip through host memory when the fused kernel applies
+        got = _fused(X.detach(), Y.detach(), check_k(k, X.shape[0]), m_obj.name, dev, budget)
+        if got is not None:
+            return got
     refs = build_references(X, m_obj, nominal, missing)
     k = check_k(k, refs.n_rows)
     q = encode_queries(Y, refs, missing, dev)
@@ -188,7 +194,9 @@ def kneighbors(X: Any, Y: Any, k: int, *, metric: str = "euclidean", nominal: An
         if q.num is not None:
             f32 = (torch.float32, torch.float16)
             fast = torch.float32 if (q.num.dtype in f32 and refs.float_dtype == np.float32) else torch.float64
-        got = _fused(refs, q, k, m_obj, dev, fast, budget)
+        got = None
+        if fast == torch.float32 and refs.encoded is not None and q.nom is None and refs.encoded.nom is None:
+            got = _fused(refs.encoded.num, q.num, k, m_obj.name, dev, budget)
         if got is not None:
             d, i = got
         else:

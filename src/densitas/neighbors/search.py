@@ -32,8 +32,10 @@ import torch
 from densitas._backend.chunking import memory_budget as default_budget
 from densitas._backend.chunking import parse_bytes
 from densitas._backend.dispatch import select
-from densitas.neighbors import _torch  # noqa: F401  (registers the PyTorch implementation)
-from densitas.neighbors import _triton_registry  # noqa: F401  (registers the fused Triton kernel, lazily)
+from densitas.neighbors import (
+    _torch,  # noqa: F401  (registers the PyTorch implementation)
+    _triton_registry,  # noqa: F401  (registers the fused Triton kernel, lazily)
+)
 from densitas.neighbors._torch import FastRows, prepare
 from densitas.neighbors.distances import (
     Encoded,
