@@ -43,10 +43,10 @@ def _tile(Q, R, qn, RN, best, thresh, rows, rmask, cols, n, d, stride_q, stride_
     q = tl.load(Q + rows[:, None] * stride_q + dk[None, :], mask=rmask[:, None] & dmask[None, :], other=0.0)
     r = tl.load(R + cols[:, None] * stride_r + dk[None, :], mask=cmask[:, None] & dmask[None, :], other=0.0)
     acc = tl.dot(q, tl.trans(r), input_precision=PRECISION)
-    rn = tl.load(RN + cols, mask=cmask, other=0.0)
+    rn = tl.load(RN + cols, mask=cmask, other=float("inf"))  # +inf: references past the end never enter
     dist = tl.maximum(qn[:, None] + rn[None, :] - 2.0 * acc, 0.0)
     # references are visited in increasing index within a split: a later equal distance never wins a tie
-    hit = (dist < thresh[:, None]) & cmask[None, :] & rmask[:, None]
+    hit = dist < thresh[:, None]
     left = tl.sum(tl.sum(hit.to(tl.int32), axis=1), axis=0)
     if left > 0:
         big = tl.full([BM, BN], 0x7FFFFFFFFFFFFFFF, tl.int64)
@@ -75,7 +75,7 @@ def _knn_kernel(Q, R, QN, RN, OUT, m, n, d, n_per_split,
     n_splits = tl.num_programs(1)
     rows = pid_m * BM + tl.arange(0, BM)
     rmask = rows < m
-    qn = tl.load(QN + rows, mask=rmask, other=0.0)
+    qn = tl.load(QN + rows, mask=rmask, other=float("inf"))  # +inf: padding rows never take a reference
     start = pid_s * n_per_split
     kk = tl.arange(0, KP)
     # +inf with distinct padding indices (keys must be unique: the worst is replaced by equality)
@@ -132,7 +132,9 @@ def candidates(Q: torch.Tensor, R: torch.Tensor, kp: int, *, precision: str = "t
     Q, R = Q.contiguous(), R.contiguous()
     qn = (Q * Q).sum(1)
     rn = (R * R).sum(1)
-    BM = block_m or (32 if kp <= 64 else 16)
+    # launch settings measured on the H200 (benchmarks/RESULTS.md): 64 queries, 3 stages for short lists;
+    # 16 queries, 2 stages for kp = 128 (the kept keys take the registers)
+    BM = block_m or (64 if kp <= 64 else 16)
     BN = max(block_n or 64, kp)
     BD = max(16, _pow2(d))  # the whole row of features in one dot (d <= MAX_D)
     blocks = triton.cdiv(m, BM)
@@ -145,7 +147,7 @@ def candidates(Q: torch.Tensor, R: torch.Tensor, kp: int, *, precision: str = "t
     _knn_kernel[(blocks, splits)](Q, R, qn, rn, out, m, n, d, per, Q.stride(0), R.stride(0),
                                   BM=BM, BN=BN, BD=BD, KP=kp, PRECISION=precision,
                                   INTERPRETED=os.environ.get("TRITON_INTERPRET") == "1",
-                                  num_warps=num_warps or (4 if kp <= 64 else 8), num_stages=num_stages or 2)
+                                  num_warps=num_warps or 4, num_stages=num_stages or (3 if kp <= 64 else 2))
     keys = out.view(m, splits * kp)
     if splits > 1:
         keys = torch.sort(keys, dim=1).values[:, :kp]
