@@ -162,6 +162,32 @@ class _Rows(list):
               f"agree {row['agree']:.4f}", file=sys.stderr, flush=True)
 
 
+def sweep_rows(reps: int, seed: int) -> list[dict]:
+    """The fused kernel's candidate pass alone over its launch settings (queries per block, warps, pipeline
+    stages) at the issue's two sizes: how the defaults of densitas.neighbors._triton.candidates were chosen."""
+    from densitas.neighbors import _triton as fused
+
+    dev = resolve_device("cuda")
+    g = torch.Generator(device=dev).manual_seed(seed)
+    rows = _Rows()
+    for m, n, d, kp, blocks in [(100_000, 1_000_000, 64, 32, (32, 64)), (10_000, 1_000_000, 128, 128, (16, 32))]:
+        X = torch.randn(n, d, device=dev, generator=g)
+        Y = torch.randn(m, d, device=dev, generator=g)
+        first = True
+        for bm in blocks:
+            for warps in (4, 8):
+                for stages in (2, 3, 4):
+                    t, _ = timed(lambda bm=bm, w=warps, st=stages, X=X, Y=Y, kp=kp: fused.candidates(
+                        Y, X, kp, block_m=bm, num_warps=w, num_stages=st), dev, reps)
+                    rows.append({"case": f"sweep {m:,} × {n:,}, d={d}, kp={kp}" if first else "",
+                                 "impl": f"{bm} queries/block, {warps} warps, {stages} stages", "s": t,
+                                 "ratio": float("nan"), "agree": float("nan")})
+                    first = False
+        del X, Y
+        torch.cuda.empty_cache()
+    return rows
+
+
 def print_table(rows: list[dict]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -183,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=None, help="timed repeats after a warm-up (default 3; 1 full size)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--gpu-only", action="store_true", help="skip the CPU rows")
+    ap.add_argument("--sweep", action="store_true", help="also sweep the fused kernel's launch settings (CUDA)")
     args = ap.parse_args(argv)
     dev = resolve_device(args.device)
     reps = args.reps if args.reps is not None else (3 if args.small else 1)
@@ -190,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     if dev.type == "cuda":
         rows += gpu_rows(reps, args.seed, args.small)
         rows += doc001_rows(reps, args.seed, args.small)
+        if args.sweep:
+            rows += sweep_rows(reps, args.seed)
     if not args.gpu_only:
         m, n = (2_000, 20_000) if args.small else (20_000, 200_000)
         rows += cpu_rows(m, n, 64, 10, reps, args.seed)
