@@ -146,24 +146,41 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
                        np.maximum(dfs, 0.0))
 
 
+def _segments(g: np.ndarray, G: int) -> np.ndarray:
+    """(G + 1,): where each group's rows start in ``g`` (sorted group ids)."""
+    return np.searchsorted(g, np.arange(G + 1))
+
+
 def _fit(X: np.ndarray, y: np.ndarray, gid: np.ndarray, G: int, n: np.ndarray,
          p: int) -> tuple[np.ndarray, np.ndarray]:
     """Per-group minimum-norm least squares of ``y`` on ``X``: the coefficients (G, p) and each row's leverage
-    ``h_i = x_iᵀ (XᵀX)⁺ x_i`` in its group's fit (n,)."""
-    active = np.flatnonzero((X[:, 1:] != 0).any(axis=1) | (y != 0))
-    Xa, ya, ga = X[active], y[active], gid[active]
+    ``h_i = x_iᵀ (XᵀX)⁺ x_i`` in its group's fit (n,). One small matrix product per group (rows sorted by
+    group; rows outside every term's support and with ``y = 0`` add only to the intercept's count)."""
+    order = None if np.all(gid[1:] >= gid[:-1]) else np.argsort(gid, kind="stable")
+    Xs, ys, gs = (X, y, gid) if order is None else (X[order], y[order], gid[order])
+    active = (Xs[:, 1:] != 0).any(axis=1) | (ys != 0)
+    Xa, ya, ga = Xs[active], ys[active], gs[active]
+    seg = _segments(ga, G)
     xtx = np.zeros((G, p, p))
-    for a in range(p):
-        for b in range(a, p):
-            xtx[:, a, b] = xtx[:, b, a] = np.bincount(ga, Xa[:, a] * Xa[:, b], minlength=G)
-    xtx[:, 0, 0] = n  # rows outside every term's support add only to the intercept
-    xty = np.stack([np.bincount(ga, Xa[:, a] * ya, minlength=G) for a in range(p)], axis=1)
+    xty = np.zeros((G, p))
+    for g in np.flatnonzero(np.diff(seg)):
+        rows = slice(seg[g], seg[g + 1])
+        xtx[g] = Xa[rows].T @ Xa[rows]
+        xty[g] = Xa[rows].T @ ya[rows]
+    xtx[:, 0, 0] = n
     # the minimum-norm least-squares solution (in units of each term's scale), group by group
     d = np.einsum("gii->gi", xtx)
     scale = np.where(d > 0, np.sqrt(np.where(d > 0, d, 1.0)), 1.0)
     A = xtx / scale[:, :, None] / scale[:, None, :]
     inv = np.linalg.pinv(A, rcond=1e-10, hermitian=True)
     beta = np.einsum("gij,gj->gi", inv, xty / scale) / scale
-    xs = X / scale[gid]
-    lev = np.einsum("ni,nij,nj->n", xs, inv[gid], xs)
+    lev_s = np.empty(len(gs))
+    seg_all = _segments(gs, G)
+    for g in np.flatnonzero(np.diff(seg_all)):
+        rows = slice(seg_all[g], seg_all[g + 1])
+        xs = Xs[rows] / scale[g]
+        lev_s[rows] = ((xs @ inv[g]) * xs).sum(axis=1)
+    lev = lev_s if order is None else np.empty_like(lev_s)
+    if order is not None:
+        lev[order] = lev_s
     return np.where(np.isfinite(beta), beta, 0.0), np.where(np.isfinite(lev), np.clip(lev, 0.0, 1.0), 0.0)
