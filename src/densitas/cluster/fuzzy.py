@@ -1,0 +1,620 @@
+"""``FuzzyKMeans``: Generalized Fuzzy k-Means (document 004) with scikit-learn's interface, on the CPU or a GPU,
+for data in memory, in files or in DuckDB — streamed in chunks within a memory budget."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from densitas._backend.chunking import memory_budget as default_budget
+from densitas._backend.chunking import parse_bytes
+from densitas._backend.device import resolve_device
+from densitas.cluster.data import ChunkedData, TensorData, compute_dtype, is_streamed, open_data
+from densitas.cluster.steps import (
+    _ALL_METHODS,
+    centroid_sums,
+    check_fuzzifier,
+    choose_method,
+    hard_labels,
+    membership_weights,
+    nearest_centroids,
+    schwaemmle_jensen,
+    sort_by_distance,
+)
+from densitas.exceptions import InputError
+
+__all__ = ["INITS", "FuzzyKMeans"]
+
+#: The named initialisations (an array of initial centroids is accepted too).
+INITS = ("k-means++", "random-slices", "random")
+#: k-means++ runs on a uniform sample of at most this many rows (fewer for wide data: 256 MiB of float64).
+KMEANS_PP_MAX_ROWS = 1 << 18
+
+
+@dataclass
+class _Pass:
+    """What one pass over the data returns."""
+
+    sums: torch.Tensor | None  # (k, d + 1) float64
+    objective: float
+    far_values: torch.Tensor  # distances of the farthest points to their nearest centroid, descending
+    far_rows: torch.Tensor  # their rows (float64)
+    labels: np.ndarray | None
+
+
+def _owner() -> str:
+    return "FuzzyKMeans"
+
+
+class FuzzyKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, BaseEstimator):
+    """Generalized fuzzy k-means (GFKM): each point belongs to its ``n_nearest`` nearest clusters.
+
+    Each iteration computes, for every point ``x_i``, its ``M = n_nearest`` nearest centroids ``NN_i`` and the
+    memberships ``u_ij = 1 / Σ_{l∈NN_i} (D_ij / D_il)^(1/(q−1))`` (``D``: squared Euclidean distances; a point
+    on a centroid belongs to it alone), then moves every centroid to the ``u^q``-weighted mean of the points
+    that have it among their nearest (source document 004). ``n_nearest = n_clusters`` is classic fuzzy
+    c-means (Bezdek); ``n_nearest = 1`` is k-means.
+
+    Parameters
+    ----------
+    n_clusters : int, default 8
+        k, in [1, n_samples].
+    n_nearest : int, default 2
+        M, the clusters each point belongs to, in [1, n_clusters] (with ``n_clusters=1`` any value means the one
+        cluster).
+    fuzzifier : "auto" or float, default "auto"
+        q > 1. ``"auto"``: Schwämmle & Jensen's formula for the data's size and dimension
+        (:func:`densitas.cluster.schwaemmle_jensen`; large for low-dimensional data: about 14 for 50 points in
+        2-D, so pass a float such as 2.0 there).
+    init : {"k-means++", "random-slices", "random"} or array of shape (n_clusters, n_features), default "k-means++"
+        ``"k-means++"``: greedy k-means++ (as scikit-learn) on a uniform sample of at most 262,144 rows;
+        ``"random-slices"``: one random point from each of k equal slices of the rows (document 004's code);
+        ``"random"``: k distinct random points; an array: these centroids (then ``n_init`` is 1).
+    n_init : int, default 1
+        Runs from different initialisations; the one with the lowest final objective is kept.
+    max_iter : int, default 300
+        Centroid updates at most.
+    tol : float, default 1e-6
+        Stop when every centroid moved less than ``tol`` (Euclidean) in an update. ``tol=0`` runs exactly
+        ``max_iter`` updates.
+    centroid_update : {"auto", "atomic", "counting_sort", "sort_by_key", "dense"}, default "auto"
+        How the weighted sums are reduced (:func:`densitas.cluster.centroid_update`); all give the same
+        centroids to about 1e-12.
+    device : "auto", "cpu", "cuda" or "cuda:N", default "auto"
+    memory_budget : int or str, optional
+        Working memory of a pass, e.g. ``"512MB"`` (default: :func:`densitas._backend.memory_budget`). The data
+        are streamed through in chunks that fit; a tiny budget gives the same centroids (to rounding, 1e-12).
+    random_state : int, RandomState instance or None, default None
+
+    Attributes
+    ----------
+    cluster_centers_ : ndarray of shape (n_clusters, n_features), float64
+    labels_ : ndarray of shape (n_samples,), int64
+        The nearest centroid of each training point (ties to the lower index).
+    fuzzifier_ : float
+        The fuzzifier used.
+    n_iter_ : int
+        Centroid updates run (of the kept run).
+    objective_ : ndarray of shape (n_iter_,)
+        ``J = Σ_i Σ_{j∈NN_i} u_ij^q D_ij`` at the start of each update (memberships optimal for the centroids).
+    inertia_ : float
+        ``J`` at the final centroids.
+    centroid_update_ : str
+        The centroid method used (``"auto"`` resolved).
+    n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        With DataFrame or file input.
+
+    Notes
+    -----
+    **Empty clusters.** A cluster that no point has among its nearest (total weight 0) is moved to the point
+    farthest from its nearest centroid (the next farthest for a second empty cluster, and so on; points at
+    distance 0 are never taken) — found during the same pass, so no extra pass is needed. If no such point
+    exists, the centroid stays.
+
+    **Cost.** Each iteration is one pass over the data: O(N·k·d) for the distances (a GEMM, or the fused
+    distance + top-k kernel of :mod:`densitas.neighbors` on CUDA), O(N·M·d) for the memberships and sums.
+    Memory is bounded by ``memory_budget`` plus the k × d centroids; ``labels_`` holds N integers. Files and
+    DuckDB relations are read once per iteration (plus the initialisation and a final pass).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.array([[0.0, 0.0], [0.1, 0.0], [5.0, 5.0], [5.1, 5.0]])
+    >>> km = FuzzyKMeans(2, fuzzifier=2.0, init=X[[0, 2]], device="cpu").fit(X)
+    >>> km.cluster_centers_.round(2).tolist(), km.labels_.tolist()
+    ([[0.05, 0.0], [5.05, 5.0]], [0, 0, 1, 1])
+    """
+
+    def __init__(self, n_clusters: int = 8, *, n_nearest: int = 2, fuzzifier: float | str = "auto",
+                 init: str | Any = "k-means++", n_init: int = 1, max_iter: int = 300, tol: float = 1e-6,
+                 centroid_update: str = "auto", device: Any = "auto", memory_budget: int | str | None = None,
+                 random_state: Any = None):
+        self.n_clusters = n_clusters
+        self.n_nearest = n_nearest
+        self.fuzzifier = fuzzifier
+        self.init = init
+        self.n_init = n_init
+        self.max_iter = max_iter
+        self.tol = tol
+        self.centroid_update = centroid_update
+        self.device = device
+        self.memory_budget = memory_budget
+        self.random_state = random_state
+
+    # ------------------------------------------------------------------------------------ validation
+
+    def _check_params(self) -> None:
+        o = _owner()
+
+        def pos_int(name: str, value: Any) -> int:
+            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+                raise InputError(f"The '{name}' parameter of {o} must be an int ≥ 1. Got {value!r} instead.")
+            return int(value)
+
+        pos_int("n_clusters", self.n_clusters)
+        pos_int("n_nearest", self.n_nearest)
+        pos_int("n_init", self.n_init)
+        pos_int("max_iter", self.max_iter)
+        if self.n_nearest > self.n_clusters > 1:
+            raise InputError(f"The 'n_nearest' parameter of {o} must be an int in [1, n_clusters] = [1, "
+                             f"{self.n_clusters}]. Got {self.n_nearest!r} instead.")
+        check_fuzzifier(self.fuzzifier, o)
+        tol = self.tol
+        if isinstance(tol, bool) or not isinstance(tol, int | float | np.integer | np.floating) \
+                or not math.isfinite(float(tol)) or tol < 0:
+            raise InputError(f"The 'tol' parameter of {o} must be a float ≥ 0. Got {tol!r} instead.")
+        if not isinstance(self.centroid_update, str) or self.centroid_update not in _ALL_METHODS:
+            raise InputError(f"The 'centroid_update' parameter of {o} must be one of {list(_ALL_METHODS)}. Got "
+                             f"{self.centroid_update!r} instead.")
+        if isinstance(self.init, str) and self.init not in INITS:
+            raise InputError(f"The 'init' parameter of {o} must be one of {list(INITS)} or an array of shape "
+                             f"(n_clusters, n_features). Got {self.init!r} instead.")
+        self._budget()
+
+    def _budget(self) -> int | None:
+        if self.memory_budget is None:
+            return None
+        try:
+            return parse_bytes(self.memory_budget)
+        except InputError as exc:
+            raise InputError(f"The 'memory_budget' parameter of {_owner()} must be a positive number of bytes or a "
+                             f"size such as '512MB'. Got {self.memory_budget!r} instead.") from exc
+
+    def _device(self, X: Any = None) -> torch.device:
+        return resolve_device(self.device, *((X,) if isinstance(X, torch.Tensor) else ()))
+
+    def _validate(self, X: Any, reset: bool) -> Any:
+        """scikit-learn's checks (2-D, non-empty, feature names and counts) with densitas' errors; finiteness is
+        checked by the caller with the position of the first bad value."""
+        if isinstance(X, torch.Tensor):
+            if X.ndim != 2:
+                raise InputError(f"'X' must be 2-dimensional (rows × columns). Got shape {tuple(X.shape)} instead.")
+            if X.dtype == torch.bool or X.is_complex():
+                raise InputError(f"'X' must hold real numbers. Got dtype {X.dtype} instead.")
+            if X.shape[0] < 1 or X.shape[1] < 1:
+                raise InputError(f"'X' has shape {tuple(X.shape)}: at least 1 sample and 1 feature are required.")
+            if reset:
+                self.n_features_in_ = int(X.shape[1])
+                if hasattr(self, "feature_names_in_"):
+                    del self.feature_names_in_
+            elif X.shape[1] != self.n_features_in_:
+                raise InputError(f"X has {X.shape[1]} features, but {_owner()} is expecting {self.n_features_in_} "
+                                 "features as input.")
+            return X
+        try:
+            return validate_data(self, X, reset=reset, dtype=[np.float64, np.float32], ensure_all_finite=False,
+                                 ensure_min_samples=1)
+        except InputError:
+            raise
+        except ValueError as exc:
+            raise InputError(str(exc)) from exc
+
+    def _as_tensor(self, X: Any, dev: torch.device) -> tuple[torch.Tensor, bool]:
+        """Validated query rows as a tensor (on ``dev`` for NumPy input) and whether the caller gave a tensor."""
+        x = self._validate(X, reset=False)
+        if isinstance(x, torch.Tensor):
+            t = x.to(compute_dtype(x.dtype)) if x.dtype != compute_dtype(x.dtype) else x
+            if not bool(torch.isfinite(t).all()):
+                from densitas.cluster.data import _nonfinite_message
+
+                raise InputError(_nonfinite_message(t, 0, "X"))
+            return t, True
+        t = torch.from_numpy(np.ascontiguousarray(x))
+        if not bool(torch.isfinite(t).all()):
+            from densitas.cluster.data import _nonfinite_message
+
+            raise InputError(_nonfinite_message(t, 0, "X"))
+        return t.to(dev), False
+
+    # --------------------------------------------------------------------------------------- fitting
+
+    def fit(self, X: Any, y: Any = None) -> FuzzyKMeans:
+        """Cluster ``X``.
+
+        Parameters
+        ----------
+        X : (n_samples, n_features) array-like, DataFrame, torch.Tensor, path or duckdb.DuckDBPyRelation
+            A path to a Parquet, CSV or ``.npy`` file, or a DuckDB relation, is read in chunks on every pass
+            (so it may exceed memory); all its columns must be numeric.
+        y : ignored
+
+        Returns
+        -------
+        self
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> X = np.r_[np.zeros((5, 2)), np.ones((5, 2))]
+        >>> FuzzyKMeans(2, random_state=0, device="cpu").fit(X).n_iter_ >= 1
+        True
+        """
+        return self._fit(X)
+
+    def _fit(self, X: Any, callback: Callable[[int, float, float], None] | None = None,
+             compute_labels: bool = True) -> FuzzyKMeans:
+        self._check_params()
+        dev = self._device(X)
+        budget = self._budget() or default_budget(dev)
+        data = self._open(X, dev, budget)
+        n, d = data.n_rows, data.n_features
+        k = int(self.n_clusters)
+        if k > n:
+            raise InputError(f"The 'n_clusters' parameter of {_owner()} must be an int in [1, n_samples] "
+                             f"(n_samples = {n}). Got {k} instead.")
+        M = min(int(self.n_nearest), k)  # k = 1: every point belongs to the one cluster, whatever n_nearest
+        q = schwaemmle_jensen(n, d) if self.fuzzifier == "auto" else float(self.fuzzifier)
+        method = choose_method(n, d, k, M, dev) if self.centroid_update == "auto" else self.centroid_update
+        rows = self._rows(d, k, M, method, data.dtype, budget)
+        init_array = None if isinstance(self.init, str) else self._init_array(d)
+        rs = check_random_state(self.random_state)
+        runs = 1 if init_array is not None else int(self.n_init)
+        seeds = rs.randint(np.iinfo(np.int32).max, size=runs)
+        best = None
+        for seed in seeds:
+            run_rs = np.random.RandomState(seed)
+            C = init_array.to(dev) if init_array is not None else self._init_centers(data, k, run_rs)
+            C, history, n_iter = self._iterate(data, C, M, q, method, rows, callback)
+            final = self._pass(data, C, M, q, method, rows, sums=False, labels=compute_labels)
+            if best is None or final.objective < best[0]:
+                best = (final.objective, C, history, n_iter, final.labels)
+        objective, C, history, n_iter, labels = best
+        self.cluster_centers_ = C.cpu().numpy()
+        if labels is not None:
+            self.labels_ = labels
+        self.fuzzifier_ = q
+        self.n_iter_ = n_iter
+        self.objective_ = np.asarray(history, dtype=np.float64)
+        self.inertia_ = float(objective)
+        self.centroid_update_ = method
+        self._n_features_out = k
+        return self
+
+    def _open(self, X: Any, dev: torch.device, budget: int) -> ChunkedData:
+        if is_streamed(X):
+            data = open_data(X, dev)
+            self.n_features_in_ = data.n_features
+            if data.feature_names is not None:
+                self.feature_names_in_ = np.asarray(data.feature_names, dtype=object)
+            elif hasattr(self, "feature_names_in_"):
+                del self.feature_names_in_
+            return data
+        x = self._validate(X, reset=True)
+        t = x if isinstance(x, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(x))
+        return TensorData(t, dev, budget // 2)
+
+    def _init_array(self, d: int) -> torch.Tensor:
+        try:
+            a = np.asarray(self.init.detach().cpu() if isinstance(self.init, torch.Tensor) else self.init,
+                           dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"The 'init' parameter of {_owner()} must be one of {list(INITS)} or an array of "
+                             f"shape (n_clusters, n_features). Got {self.init!r} instead.") from exc
+        if a.shape != (self.n_clusters, d):
+            raise InputError(f"The 'init' array of {_owner()} must have shape (n_clusters, n_features) = "
+                             f"({self.n_clusters}, {d}). Got {a.shape} instead.")
+        if not np.isfinite(a).all():
+            raise InputError(f"The 'init' array of {_owner()} contains NaN or inf.")
+        return torch.from_numpy(a.copy())
+
+    @staticmethod
+    def _rows(d: int, k: int, M: int, method: str, dtype: torch.dtype, budget: int) -> int:
+        """Rows per chunk so that one chunk's working set (about twice its temporaries) fits the budget."""
+        s = torch.finfo(dtype).bits // 8
+        kp = min(k, M + 2)
+        per_row = s * (2 * d + 2 + k) + 8 * (k + kp * (d + 2) + 2 * M * (d + 3) + d) + 64
+        if method == "dense":
+            per_row += 8 * k
+        if method in ("counting_sort", "sort_by_key"):
+            per_row += 8 * M * (d + 6)
+        return max(budget // (2 * per_row), 1)
+
+    def _init_centers(self, data: ChunkedData, k: int, rs: np.random.RandomState) -> torch.Tensor:
+        n = data.n_rows
+        if self.init == "random-slices":
+            idx = np.array([rs.randint(j * n // k, (j + 1) * n // k) for j in range(k)], dtype=np.int64)
+            return data.take(idx)
+        if self.init == "random":
+            idx = _distinct(rs, n, k)
+            order = np.argsort(idx, kind="stable")
+            rows = data.take(idx[order])
+            out = torch.empty_like(rows)
+            out[torch.from_numpy(order).to(rows.device)] = rows
+            return out
+        cap = min(KMEANS_PP_MAX_ROWS, max(4096, (256 << 20) // (8 * data.n_features)))
+        sample = np.arange(n, dtype=np.int64) if n <= cap else np.sort(_distinct(rs, n, cap))
+        return _kmeans_plusplus(data.take(sample), k, rs)
+
+    def _iterate(self, data: ChunkedData, C: torch.Tensor, M: int, q: float, method: str, rows: int,
+                 callback: Callable[[int, float, float], None] | None) -> tuple[torch.Tensor, list[float], int]:
+        history: list[float] = []
+        d = data.n_features
+        n_iter = 0
+        for it in range(int(self.max_iter)):
+            p = self._pass(data, C, M, q, method, rows, sums=True, labels=False)
+            history.append(p.objective)
+            tot = p.sums[:, d]
+            new = torch.where(tot[:, None] > 0, p.sums[:, :d] / torch.where(tot > 0, tot, 1.0)[:, None], C)
+            empty = torch.nonzero(tot <= 0).squeeze(1).tolist()
+            relocated = False
+            if empty:
+                far = p.far_rows[p.far_values > 0]
+                for j, row in zip(empty, far, strict=False):
+                    new[j] = row
+                    relocated = True
+            move = float(torch.linalg.vector_norm(new - C, dim=1).max())
+            C = new
+            n_iter = it + 1
+            if callback is not None:
+                callback(n_iter, p.objective, move)
+            if not relocated and move < float(self.tol):
+                break
+        return C, history, n_iter
+
+    def _pass(self, data: ChunkedData, C: torch.Tensor, M: int, q: float, method: str, rows: int, *,
+              sums: bool, labels: bool) -> _Pass:
+        """One pass: memberships of every chunk, the objective, the weighted sums, the farthest points."""
+        k, d = C.shape
+        dev = data.device
+        C = C.to(dev)
+        shift = C.mean(0)
+        acc = torch.zeros((k, d + 1), dtype=torch.float64, device=dev) if sums else None
+        J = torch.zeros((), dtype=torch.float64, device=dev)
+        far_v = torch.empty(0, dtype=torch.float64, device=dev)
+        far_i = torch.empty(0, dtype=torch.int64, device=dev)
+        far_x = torch.empty((0, d), dtype=torch.float64, device=dev)
+        out_labels = np.empty(data.n_rows, dtype=np.int64) if labels else None
+        for off, x in data.blocks(rows):
+            D, nn = nearest_centroids(x, C, M, shift)
+            _u, w = membership_weights(D, q)
+            J += (w.to(torch.float64) * D.to(torch.float64)).sum()
+            if acc is not None:
+                centroid_sums(x, nn, w, k, method, out=acc, full=M == k)
+                dmin = D.amin(1).to(torch.float64)
+                t = min(k, dmin.shape[0])
+                v, i = torch.topk(dmin, t, largest=True, sorted=False)
+                far_v, far_i, far_x = _merge_far(far_v, far_i, far_x, v, i + off, x[i].to(torch.float64), k)
+            if out_labels is not None:
+                out_labels[off:off + x.shape[0]] = hard_labels(D, nn).cpu().numpy()
+        return _Pass(acc, float(J), far_v, far_x, out_labels)
+
+    # ------------------------------------------------------------------------------------ prediction
+
+    def _assign(self, X: Any) -> tuple[torch.Tensor, torch.Tensor, bool]:
+        """(D, nearest) of the validated rows of ``X`` for the model's ``n_nearest``, and whether X was a tensor."""
+        check_is_fitted(self, "cluster_centers_")
+        dev = self._device(X)
+        x, as_torch = self._as_tensor(X, dev)
+        C = torch.from_numpy(self.cluster_centers_).to(x.device)
+        D, nn = _chunked(x, C, min(int(self.n_nearest), C.shape[0]), self._budget())
+        return D, nn, as_torch
+
+    def _out(self, t: torch.Tensor, as_torch: bool) -> Any:
+        return t if as_torch else t.cpu().numpy()
+
+    def predict(self, X: Any) -> Any:
+        """The nearest cluster of each row (its largest membership; ties to the lower index).
+
+        Parameters
+        ----------
+        X : (n, n_features) array-like, DataFrame or torch.Tensor
+
+        Returns
+        -------
+        (n,) int64 array (tensor for tensor input)
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> km = FuzzyKMeans(2, fuzzifier=2.0, init=[[0.0], [10.0]], max_iter=1, device="cpu").fit([[0.0], [10.0]])
+        >>> km.predict([[1.0], [8.0]]).tolist()
+        [0, 1]
+        """
+        D, nn, as_torch = self._assign(X)
+        return self._out(hard_labels(D, nn), as_torch)
+
+    def fit_predict(self, X: Any, y: Any = None) -> Any:
+        """Fit and return ``labels_``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> X = np.array([[0.0], [0.2], [9.0], [9.2]])
+        >>> FuzzyKMeans(2, fuzzifier=2.0, init=[[0.0], [9.0]], device="cpu").fit_predict(X).tolist()
+        [0, 0, 1, 1]
+        """
+        return self.fit(X).labels_
+
+    def predict_membership(self, X: Any) -> Any:
+        """Memberships of each row in every cluster: dense (n, n_clusters), zero outside its nearest clusters.
+
+        Parameters
+        ----------
+        X : (n, n_features) array-like, DataFrame or torch.Tensor
+
+        Returns
+        -------
+        (n, n_clusters) array (tensor for tensor input); rows sum to 1.
+
+        Examples
+        --------
+        >>> km = FuzzyKMeans(2, fuzzifier=2.0, init=[[0.0], [4.0]], max_iter=1, device="cpu").fit([[0.0], [4.0]])
+        >>> km.predict_membership([[1.0]]).round(3).tolist()
+        [[0.9, 0.1]]
+        """
+        D, nn, as_torch = self._assign(X)
+        u, _ = membership_weights(D, self.fuzzifier_)
+        dense = torch.zeros((D.shape[0], self.cluster_centers_.shape[0]), dtype=u.dtype, device=u.device)
+        dense.scatter_(1, nn, u)
+        return self._out(dense, as_torch)
+
+    def membership(self, X: Any) -> tuple[Any, Any]:
+        """The ``n_nearest`` nearest clusters of each row and its memberships in them (the sparse form).
+
+        Parameters
+        ----------
+        X : (n, n_features) array-like, DataFrame or torch.Tensor
+
+        Returns
+        -------
+        indices : (n, n_nearest) int64 array
+            Nearest first (ties to the lower index).
+        memberships : (n, n_nearest) array
+            Aligned with ``indices``; rows sum to 1. ``scipy.sparse.csr_matrix((memberships.ravel(),
+            indices.ravel(), np.arange(0, n * M + 1, M)), shape=(n, n_clusters))`` gives the sparse matrix.
+
+        Examples
+        --------
+        >>> km = FuzzyKMeans(3, fuzzifier=2.0, init=[[0.0], [4.0], [9.0]], max_iter=1, device="cpu")
+        >>> i, u = km.fit([[0.0], [4.0], [9.0]]).membership([[3.0]])
+        >>> i.tolist(), u.round(3).tolist()
+        ([[1, 0]], [[0.9, 0.1]])
+        """
+        D, nn, as_torch = self._assign(X)
+        D, nn = sort_by_distance(D, nn)
+        u, _ = membership_weights(D, self.fuzzifier_)
+        return self._out(nn, as_torch), self._out(u, as_torch)
+
+    def transform(self, X: Any) -> Any:
+        """Euclidean distances of each row to every centroid.
+
+        Parameters
+        ----------
+        X : (n, n_features) array-like, DataFrame or torch.Tensor
+
+        Returns
+        -------
+        (n, n_clusters) array (tensor for tensor input)
+
+        Examples
+        --------
+        >>> km = FuzzyKMeans(2, fuzzifier=2.0, init=[[0.0], [4.0]], max_iter=1, device="cpu").fit([[0.0], [4.0]])
+        >>> km.transform([[1.0]]).tolist()
+        [[1.0, 3.0]]
+        """
+        check_is_fitted(self, "cluster_centers_")
+        dev = self._device(X)
+        x, as_torch = self._as_tensor(X, dev)
+        C = torch.from_numpy(self.cluster_centers_).to(x.device)
+        D, _ = _chunked(x, C, C.shape[0], self._budget())
+        return self._out(D.sqrt(), as_torch)
+
+    def score(self, X: Any, y: Any = None) -> float:
+        """The opposite of the objective ``J`` on ``X`` (higher is better, as scikit-learn's ``KMeans.score``).
+
+        Examples
+        --------
+        >>> km = FuzzyKMeans(2, fuzzifier=2.0, init=[[0.0], [4.0]], max_iter=1, device="cpu").fit([[0.0], [4.0]])
+        >>> km.score([[0.0], [4.0]])
+        -0.0
+        """
+        D, _nn, _ = self._assign(X)
+        _u, w = membership_weights(D, self.fuzzifier_)
+        return -float((w.to(torch.float64) * D.to(torch.float64)).sum())
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = False
+        return tags
+
+
+# ------------------------------------------------------------------------------------------- helpers
+
+
+def _chunked(x: torch.Tensor, C: torch.Tensor, M: int, budget: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``nearest_centroids`` over the rows of ``x`` in chunks that fit the budget."""
+    k, d = C.shape
+    cap = budget or default_budget(x.device)
+    per_row = 8 * (2 * d + 3 * k + min(k, M + 2) * (d + 2)) + 64
+    rows = max(cap // (2 * per_row), 1)
+    shift = C.mean(0)
+    if x.shape[0] <= rows:
+        return nearest_centroids(x, C, M, shift)
+    parts = [nearest_centroids(x[s:s + rows], C, M, shift) for s in range(0, x.shape[0], rows)]
+    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+
+
+def _merge_far(v0: torch.Tensor, i0: torch.Tensor, x0: torch.Tensor, v1: torch.Tensor, i1: torch.Tensor,
+               x1: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The ``k`` largest values of two candidate lists, by (value descending, row index ascending)."""
+    v = torch.cat([v0, v1])
+    i = torch.cat([i0, i1])
+    x = torch.cat([x0, x1])
+    o1 = torch.argsort(i)
+    o2 = torch.argsort(v[o1], descending=True, stable=True)
+    o = o1[o2][:k]
+    return v[o], i[o], x[o]
+
+
+def _distinct(rs: np.random.RandomState, n: int, k: int) -> np.ndarray:
+    """``k`` distinct integers in [0, n) (not sorted), without an O(n) permutation when k ≪ n."""
+    if 4 * k >= n:
+        return rs.permutation(n)[:k].astype(np.int64)
+    chosen: list[int] = []
+    seen: set[int] = set()
+    while len(chosen) < k:
+        for v in rs.randint(0, n, size=2 * (k - len(chosen))).tolist():
+            if v not in seen:
+                seen.add(v)
+                chosen.append(v)
+                if len(chosen) == k:
+                    break
+    return np.asarray(chosen, dtype=np.int64)
+
+
+def _kmeans_plusplus(X: torch.Tensor, k: int, rs: np.random.RandomState) -> torch.Tensor:
+    """Greedy k-means++ (Arthur & Vassilvitskii 2007, with scikit-learn's 2 + ⌊ln k⌋ local trials) on float64
+    rows ``X``: each new centre is the best of a few candidates drawn with probability ∝ D², the squared
+    distance to the nearest centre chosen so far."""
+    n = X.shape[0]
+    trials = 2 + int(math.log(k))
+    centers = torch.empty((k, X.shape[1]), dtype=torch.float64, device=X.device)
+    first = int(rs.randint(n))
+    centers[0] = X[first]
+    closest = ((X - X[first]) ** 2).sum(1)
+    pot = float(closest.sum())
+    for c in range(1, k):
+        if pot <= 0:
+            centers[c] = X[int(rs.randint(n))]
+            continue
+        cum = torch.cumsum(closest, 0)
+        draws = torch.from_numpy(rs.uniform(size=trials) * pot).to(X.device)
+        cand = torch.searchsorted(cum, draws).clamp_(max=n - 1)
+        xc = X[cand]
+        d = (X * X).sum(1)[None, :] - 2.0 * (xc @ X.T) + (xc * xc).sum(1)[:, None]
+        d = torch.minimum(d.clamp_(min=0.0), closest[None, :])
+        pots = d.sum(1)
+        b = int(torch.argmin(pots))
+        centers[c] = xc[b]
+        closest = d[b]
+        pot = float(pots[b])
+    return centers
