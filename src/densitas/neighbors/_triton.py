@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["MAX_D", "MAX_KP", "candidates", "fused_kneighbors"]
+__all__ = ["MAX_D", "MAX_KP", "candidates", "fused_applies", "fused_kneighbors", "tile_topk"]
 
 MAX_KP = 256  # the largest candidate list kept on chip; larger k takes the GEMM + topk path
 MAX_D = 256  # the widest rows one dot covers; wider data takes the GEMM + topk path
@@ -267,6 +267,14 @@ TILE_PRECISION = "tf32"
 UNIT_ROUNDOFF = {"tf32": 2.0**-10, "tf32x3": 2.0**-20, "ieee": 0.0}
 
 
+def fused_applies(mode: str, masked: bool, nominal: bool, dtype: torch.dtype, d: int, k: int) -> bool:
+    """Whether the fused kernel runs a fast pass of this form (else :func:`tile_topk` runs PyTorch's, in
+    ``dtype`` with no TF32): dense squared Euclidean, float32, ``d <= MAX_D``, ``k`` candidates within
+    :data:`MAX_KP`. The search uses it to pick the rounding bound."""
+    return (mode == "sq" and not masked and not nominal and dtype == torch.float32 and d <= MAX_D
+            and _pow2(k) <= MAX_KP)
+
+
 def tile_topk(q, c, k: int, tile_cols: int):
     """The Triton implementation of the operation ``knn_tile_topk`` (contract in :mod:`densitas.neighbors._torch`).
 
@@ -288,13 +296,10 @@ def tile_topk(q, c, k: int, tile_cols: int):
     """
     from densitas.neighbors._torch import tile_topk as torch_tile_topk
 
-    fused = (q.mode == "sq" and not q.masked and q.nom is None and q.x is not None and q.x.dtype == torch.float32
-             and q.x.shape[1] <= MAX_D and k <= MAX_KP and (q.x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"))
-    if not fused:
+    on_device = q.x is not None and (q.x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1")
+    if not (on_device and fused_applies(q.mode, q.masked, q.nom is not None, q.x.dtype, q.x.shape[1], k)):
         return torch_tile_topk(q, c, k, tile_cols)
     kp = _pow2(k)
-    if kp > MAX_KP:
-        return torch_tile_topk(q, c, k, tile_cols)
     dist, idx = candidates(q.x, c.x, kp, precision=TILE_PRECISION)
     kk = min(k, len(c))
     return dist[:, :kk], idx[:, :kk]

@@ -154,12 +154,18 @@ def _gather_rows(t: torch.Tensor | None, pos: torch.Tensor) -> torch.Tensor | No
     return None if t is None else t[pos]
 
 
-def _fast_unit(backend: str, fast_dtype: torch.dtype) -> float | None:
-    """The unit roundoff of the fast pass's products when the Triton kernel runs it (TF32), else None."""
-    if backend != "triton" or fast_dtype != torch.float32:
-        return None
-    from densitas.neighbors._triton import TILE_PRECISION, UNIT_ROUNDOFF
+def _fast_unit(backend: str, fast_dtype: torch.dtype, metric: Metric, skip: bool, nominal: bool, p: int,
+               kp: int) -> float | None:
+    """The input rounding of the fast pass when the fused Triton kernel runs it (TF32), else None (the fast
+    pass is then PyTorch's, exact to ``fast_dtype``)."""
+    # a user may have let PyTorch's float32 matmuls run in TF32 (allow_tf32, set_float32_matmul_precision)
+    torch_tf32 = fast_dtype == torch.float32 and torch.get_float32_matmul_precision() != "highest"
+    if backend != "triton":
+        return 2.0**-10 if torch_tf32 else None
+    from densitas.neighbors._triton import TILE_PRECISION, UNIT_ROUNDOFF, fused_applies
 
+    if not fused_applies(metric.fast, skip, nominal, fast_dtype, p, kp):
+        return 2.0**-10 if torch_tf32 else None
     return UNIT_ROUNDOFF[TILE_PRECISION]
 
 
@@ -219,7 +225,8 @@ def search(refs: References, queries: Encoded, k: int, metric: Metric, *, skip: 
 
     backend, op = select("knn_tile_topk", device)
     stats.backend = backend
-    kappa = bound_coefficient(metric, p, skip, fast_dtype, _fast_unit(backend, fast_dtype))
+    nominal = bool(r and metric.nominal)
+    kappas: dict[int, float] = {}  # per candidate count: the bound depends on whether the kernel runs in TF32
     states: list[tuple[torch.Tensor, ...] | None] = [None] * len(q_tiles)
     lower = torch.full((m,), math.inf, dtype=torch.float64, device=device)
     q_fast: FastRows | None = None
@@ -239,6 +246,10 @@ def search(refs: References, queries: Encoded, k: int, metric: Metric, *, skip: 
         c_scale = row_scales(metric, ct, r)
         a_c_max = float(c_scale.max()) if c_scale is not None else 0.0
         kp = min(kp_target, n_b)
+        if kp not in kappas:
+            kappas[kp] = bound_coefficient(metric, p, skip, fast_dtype,
+                                           _fast_unit(backend, fast_dtype, metric, skip, nominal, p, kp))
+        kappa = kappas[kp]
         for t_i, qs in enumerate(q_tiles):
             vals, pos = op(q_fast.rows(qs), c_fast, kp, tile_cols)
             if n_b > kp:
