@@ -89,6 +89,25 @@ def encode_queries(Y: Any, refs: References, missing: str, device: torch.device,
     return encode(Y, refs.schema, refs.coder, missing=missing, name=name).to(device)
 
 
+def _device_inputs(X: Any, Y: Any, metric: Metric, nominal: Any, missing: str,
+                   dev: torch.device) -> tuple[References, Encoded] | None:
+    """References and queries already on the (CUDA) device as float tensors, encoded where they are: no round
+    trip through host memory. None when the inputs are anything else, or hold a NaN or an infinity (the general
+    encoding then raises or skips, naming the row and column)."""
+    tensors = isinstance(X, torch.Tensor) and isinstance(Y, torch.Tensor)
+    if not tensors or dev.type != "cuda" or nominal is not None or X.ndim != 2 or Y.ndim != 2:
+        return None
+    if X.dtype not in (torch.float32, torch.float64) or Y.dtype != X.dtype or X.shape[1] != Y.shape[1]:
+        return None
+    X, Y = X.detach().to(dev), Y.detach().to(dev)
+    if not (bool(torch.isfinite(X).all()) and bool(torch.isfinite(Y).all())):
+        return None
+    head = build_references(X[:1].cpu(), metric, None, missing)  # the schema and coder of these columns
+    refs = References(encoded=Encoded(X, None, X.shape[0]), schema=head.schema, coder=head.coder, missing=missing)
+    refs.float_dtype = head.float_dtype
+    return refs, Encoded(Y, None, Y.shape[0])
+
+
 def _fused(X: torch.Tensor, Y: torch.Tensor, k: int, metric: str, dev: torch.device,
            budget: int | None) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The fused kernel's own driver (:func:`densitas.neighbors._triton.fused_kneighbors`: one launch per
@@ -183,9 +202,15 @@ def kneighbors(X: Any, Y: Any, k: int, *, metric: str = "euclidean", nominal: An
         got = _fused(X.detach(), Y.detach(), check_k(k, X.shape[0]), m_obj.name, dev, budget)
         if got is not None:
             return got
-    refs = build_references(X, m_obj, nominal, missing)
+    on_device = _device_inputs(X, Y, m_obj, nominal, missing, dev)
+    if on_device is not None:
+        refs, q = on_device
+    else:
+        refs = build_references(X, m_obj, nominal, missing)
+        q = None
     k = check_k(k, refs.n_rows)
-    q = encode_queries(Y, refs, missing, dev)
+    if q is None:
+        q = encode_queries(Y, refs, missing, dev)
     as_torch = isinstance(Y, torch.Tensor)
     if q.n == 0:
         d, i = empty_result(0, k, dev)
