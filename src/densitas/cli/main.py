@@ -1,4 +1,5 @@
-"""``densitas`` command line: demo (the AQP main job), build, query, bench aqp, bandwidth, info, demo-primitives."""
+"""``densitas`` command line: demo (the AQP main job), build, query, bench aqp, bandwidth, knn, cluster, info,
+demo-primitives."""
 
 from __future__ import annotations
 
@@ -162,6 +163,42 @@ def knn_cmd(
         knn_mod.run(train, test, label, k, metric=metric, weights=weights, missing=missing, out=out, db=db,
                     train_table=train_table, test_table=test_table, out_table=out_table, nominal=nominal or None,
                     task=task, device=device, memory_budget=memory_budget, chunk_rows=chunk_rows)
+    except (DensitasError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(code=2) from None
+
+
+@app.command("cluster")
+def cluster_cmd(
+    data: str = typer.Argument(None, help="A .parquet, .csv or .npy file (or use --db with --table)."),
+    k: int = typer.Option(8, "-k", "--k", help="Number of clusters."),
+    columns: str = typer.Option(None, "--columns", help="Comma-separated columns (default: every numeric one)."),
+    nearest: int = typer.Option(2, "--nearest", help="Clusters each row belongs to (M; k = classic fuzzy c-means)."),
+    fuzzifier: str = typer.Option("auto", "--fuzzifier", help="auto (Schwämmle-Jensen) or a number > 1."),
+    init: str = typer.Option("k-means++", "--init", help="k-means++, random-slices or random."),
+    max_iter: int = typer.Option(300, "--max-iter", help="Iterations at most."),
+    tol: float = typer.Option(1e-6, "--tol", help="Stop when every centroid moves less than this (0: max-iter)."),
+    method: str = typer.Option("auto", "--method",
+                               help="Centroid update: auto, atomic, counting_sort, sort_by_key or dense."),
+    seed: int = typer.Option(0, "--seed", help="Random seed of the initialisation."),
+    out: str = typer.Option(None, "--out", help="Labels: a .parquet or .csv file (row, cluster, membership)."),
+    db: str = typer.Option(None, "--db", help="DuckDB file holding the table (instead of a file)."),
+    table: str = typer.Option(None, "--table", help="With --db: the table to cluster."),
+    out_table: str = typer.Option(None, "--out-table", help="With --db: the labels table to write (replaced)."),
+    plot: str = typer.Option(None, "--plot", help="Write a 2-D projection coloured by cluster to this PNG."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
+    memory_budget: str = typer.Option(None, "--memory-budget", help="Working-memory bound, e.g. 2GB."),
+    chunk_rows: int = typer.Option(100_000, "--chunk-rows", help="Rows per chunk of the output pass."),
+) -> None:
+    """Fuzzy k-means (GFKM) of a table: a progress bar per iteration with J, then every row's cluster."""
+    from densitas.cli import cluster as cluster_mod
+    from densitas.exceptions import DensitasError
+
+    try:
+        cluster_mod.run(data, k, columns=[c.strip() for c in columns.split(",")] if columns else None,
+                        nearest=nearest, fuzzifier=fuzzifier, init=init, max_iter=max_iter, tol=tol, method=method,
+                        seed=seed, device=device, memory_budget=memory_budget, out=out, db=db, table=table,
+                        out_table=out_table, plot=plot, chunk_rows=chunk_rows)
     except (DensitasError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(code=2) from None
