@@ -192,3 +192,27 @@ def test_memberships_bad_input():
             memberships([[1.0, 2.0]], q)
     with pytest.raises(InputError):
         memberships([[-1.0, 2.0]], 2.0)
+
+
+@pytest.mark.parametrize("q", [1.3, 2.0, 3.5])
+def test_closed_form_objective_equals_the_sum(seeded, q):
+    from densitas.cluster.steps import weights_and_objective
+
+    D = torch.from_numpy(seeded.random((50, 4)) * 7 + 0.01)
+    u_ref, w_ref = membership_weights(D, q)
+    J_ref = float((w_ref * D).sum())
+    for dim, Dl in ((1, D), (0, D.T.contiguous())):
+        for keep_u, overwrite in ((True, False), (False, False), (False, True)):
+            u, w, J = weights_and_objective(Dl.clone(), q, dim, keep_u=keep_u, overwrite=overwrite)
+            w = w if dim == 1 else w.T
+            np.testing.assert_allclose(w.numpy(), w_ref.numpy(), rtol=1e-12)
+            assert float(J) == pytest.approx(J_ref, rel=1e-12)
+            if keep_u:
+                np.testing.assert_allclose((u if dim == 1 else u.T).numpy(), u_ref.numpy(), rtol=1e-12)
+    Dz = D.clone()
+    Dz[5, 2] = 0.0  # a zero distance: the log-domain path
+    for dim, Dl in ((1, Dz), (0, Dz.T.contiguous())):
+        _, w, J = weights_and_objective(Dl.clone(), q, dim, keep_u=False, overwrite=True)
+        w = w if dim == 1 else w.T
+        assert w[5].tolist() == [0.0, 0.0, 1.0, 0.0]
+        assert float(J) == pytest.approx(float((membership_weights(Dz, q)[1] * Dz).sum()), rel=1e-12)

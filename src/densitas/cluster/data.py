@@ -3,6 +3,7 @@ Parquet/CSV/``.npy`` files or DuckDB relations (streamed through :mod:`densitas.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,15 @@ def _nonfinite_message(t: torch.Tensor, row_offset: int, name: str) -> str:
     what = "NaN" if v != v else "inf"
     return (f"'{name}' contains {what} at row {row_offset + r}, column {c}; FuzzyKMeans needs finite values "
             "(drop or impute missing values first).")
+
+
+def _all_finite(t: torch.Tensor) -> bool:
+    """Whether every value is finite: one sum (a NaN or inf makes it non-finite), and the exact element-wise
+    test only when the sum is not finite (which an overflow of huge values can cause too)."""
+    if t.numel() == 0:
+        return True
+    total = float(t.sum(dtype=torch.float64)) if t.dtype.is_floating_point else 0.0
+    return math.isfinite(total) or bool(torch.isfinite(t).all())
 
 
 def compute_dtype(dtype: Any) -> torch.dtype:
@@ -64,7 +74,7 @@ class TensorData(ChunkedData):
         self.dtype = compute_dtype(x.dtype)
         if x.dtype != self.dtype and x.device == device:
             x = x.to(self.dtype)
-        if not bool(torch.isfinite(x).all()):
+        if not _all_finite(x):
             raise InputError(_nonfinite_message(x, 0, name))
         if x.device != device and x.numel() * x.element_size() <= resident_bytes:
             x = x.to(device=device, dtype=self.dtype)  # fits: moved once, not every pass
@@ -107,7 +117,7 @@ class SourceData(ChunkedData):
             a = chunk.to_numpy(dtype=np_dtype, na_value=np.nan) if hasattr(chunk, "to_numpy") else \
                 np.asarray(chunk, dtype=np_dtype)
             t = torch.from_numpy(np.ascontiguousarray(a, dtype=np_dtype))
-            if not bool(torch.isfinite(t).all()):
+            if not _all_finite(t):
                 raise InputError(_nonfinite_message(t, off, self.name))
             yield off, t.to(self.device)
 

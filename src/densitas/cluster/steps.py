@@ -164,26 +164,36 @@ def memberships(distances: Any, fuzzifier: float = 2.0, *, squared: bool = True,
 # ------------------------------------------------------------------------------------ nearest centroids
 
 
-def nearest_centroids(X: torch.Tensor, centers: torch.Tensor, n_nearest: int, shift: torch.Tensor
-                      ) -> tuple[torch.Tensor, torch.Tensor]:
+def sq_norms(X: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    """``‖x − shift‖²`` of every row, in X's dtype."""
+    xs = X - shift.to(X.dtype)
+    return torch.einsum("ij,ij->i", xs, xs)
+
+
+def nearest_centroids(X: torch.Tensor, centers: torch.Tensor, n_nearest: int, shift: torch.Tensor,
+                      norms: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Squared distances (n, M) and indices (n, M) of the ``n_nearest`` centroids of every row of ``X``.
 
-    ``X`` is in its compute dtype; ``centers`` (float64) and ``shift`` (float64, the centring vector of the
-    GEMM expansion) are cast to it. With ``M = k`` the indices are ``0..k−1`` in order and the distances come
-    from one GEMM ``‖x‖² − 2x·c + ‖c‖²`` on centred data (clamped at 0). With ``M < k`` the candidates come
-    from the operation ``knn_tile_topk`` (with two spare candidates when its values are approximate: the Triton
-    kernel's TF32 products) and their distances are recomputed by direct differences, so ``D`` is exact to
-    the data's precision; the rows are not sorted.
+    ``X`` is in its compute dtype; ``centers`` (float64) and ``shift`` (float64, a fixed point near the data)
+    are cast to it. With ``M = k`` the indices are ``0..k−1`` in order and the distances come from one GEMM on
+    the raw rows, ``D = ‖x − s‖² − 2 (x·(c − s) − s·(c − s)) + ‖c − s‖²`` (clamped at 0): its rounding error is
+    about ε‖x‖‖c − s‖, not ε‖x‖² as in the plain expansion, and ``norms`` (``‖x − s‖²``, see :func:`sq_norms`)
+    can be computed once per fit. With ``M < k`` the candidates come from the operation ``knn_tile_topk`` (with
+    two spare candidates when its values are approximate: the Triton kernel's TF32 products) and their distances
+    are recomputed by direct differences, so ``D`` is exact to the data's precision; the rows are not sorted.
     """
     dt = X.dtype
     k = centers.shape[0]
-    xs = X - shift.to(dt)
-    cs = (centers - shift).to(dt)
+    cs64 = centers - shift
     if n_nearest >= k:
-        D = (xs * xs).sum(1, keepdim=True) - 2.0 * (xs @ cs.T) + (cs * cs).sum(1)[None, :]
-        D.clamp_(min=0.0)
+        cs = cs64.to(dt)
+        bias = (2.0 * (cs64 @ shift) + (cs64 * cs64).sum(1)).to(dt)
+        nx = norms if norms is not None else sq_norms(X, shift)
+        D = (X @ cs.T).mul_(-2.0).add_(bias[None, :]).add_(nx[:, None]).clamp_(min=0.0)
         idx = torch.arange(k, device=X.device).expand(X.shape[0], k)
         return D, idx
+    xs = X - shift.to(dt)
+    cs = cs64.to(dt)
     backend, op = select("knn_tile_topk", X.device)
     exact_fast = backend == "torch" and dt == torch.float64
     kp = n_nearest if exact_fast else min(k, n_nearest + 2)
@@ -196,6 +206,84 @@ def nearest_centroids(X: torch.Tensor, centers: torch.Tensor, n_nearest: int, sh
         D, j = torch.topk(D, n_nearest, dim=1, largest=False, sorted=False)
         pos = pos.gather(1, j)
     return D, pos
+
+
+def distances_t(X: torch.Tensor, centers: torch.Tensor, shift: torch.Tensor, norms: torch.Tensor | None = None,
+                *, prepared: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """Squared distances to every centroid, transposed: (k, n), the same values as :func:`nearest_centroids` with
+    ``M = k``. The long axis innermost makes the broadcasts and reductions of the memberships vectorise (a
+    (n, k) layout with k of a few is several times slower on the CPU). ``prepared`` is
+    :func:`prepare_centroids` of the same centroids (computed once per pass instead of once per chunk)."""
+    m2cs, bias = prepared if prepared is not None else prepare_centroids(centers, shift, X.dtype)
+    nx = norms if norms is not None else sq_norms(X, shift)
+    D = torch.addmm(bias[:, None], m2cs, X.T)
+    return D.add_(nx[None, :]).clamp_(min=0.0)
+
+
+def prepare_centroids(centers: torch.Tensor, shift: torch.Tensor, dtype: torch.dtype
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``−2 (c − s)`` and ``2 s·(c − s) + ‖c − s‖²`` of the centroids, in ``dtype``: the GEMM operand and the
+    per-centroid constant of :func:`distances_t`."""
+    cs64 = centers - shift
+    return (-2.0 * cs64).to(dtype), (2.0 * (cs64 @ shift) + (cs64 * cs64).sum(1)).to(dtype)
+
+
+def weights_and_objective(D: torch.Tensor, q: float, dim: int = 1, *, keep_u: bool = True,
+                          overwrite: bool = False) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
+    """Memberships ``u``, weights ``w = u^q`` and the objective ``Σ_i Σ_j u_ij^q D_ij`` (a 0-d float64 tensor) of
+    squared distances ``D``: (n, M) with ``dim=1``, or transposed (M, n) with ``dim=0``.
+
+    With ``a_ij = D_ij^(−1/(q−1))`` and ``A_i = Σ_j a_ij``: ``u = a / A`` and ``Σ_j u_ij^q D_ij = A_i^(1−q)``
+    (since ``a^q D = a``), so the objective costs one power per row. A chunk with a zero distance, an overflow or
+    an underflow takes the log-domain path of :func:`membership_weights` instead. ``keep_u=False`` computes
+    ``w`` in place of ``u`` (one array less) and returns None for ``u``; ``overwrite=True`` lets the fast path
+    reuse ``D``'s memory (the caller no longer needs it).
+    """
+    M = D.shape[dim]
+    overwrite = overwrite and not keep_u and q == 2.0  # for q = 2, D = 1/a is recovered exactly if needed
+    if overwrite:
+        a = D.reciprocal_()
+    else:
+        a = D.reciprocal() if q == 2.0 else D.pow(-1.0 / (q - 1.0))
+    if dim == 1:
+        A = a @ torch.ones(M, dtype=D.dtype, device=D.device)  # a row sum over a few columns: a GEMV is fastest
+    else:
+        A = a.sum(0)
+    # one check per chunk: A finite (no zero distance, no overflow) and J finite (no A underflowing to 0)
+    J = A.reciprocal().to(torch.float64).sum() if q == 2.0 else A.to(torch.float64).pow(1.0 - q).sum()
+    if M and math.isfinite(float(J + A.sum())):
+        inv = A.reciprocal_()
+        u = a.mul_(inv.unsqueeze(dim))
+        if keep_u:
+            w = u * u if q == 2.0 else u.pow(q)
+            return u, w, J
+        w = u.mul_(u) if q == 2.0 else u.pow_(q)
+        return None, w, J
+    if overwrite:
+        D = a.reciprocal()
+    Dn = D if dim == 1 else D.T
+    u, w = membership_weights(Dn, q)
+    J = (w.to(torch.float64) * Dn.to(torch.float64)).sum()
+    if dim == 0:
+        u, w = u.T, w.T
+    return u, w, J
+
+
+def argmin_t(Dt: torch.Tensor) -> torch.Tensor:
+    """The row index of the smallest value of every column of ``Dt`` (k, n), ties to the lower index.
+
+    For a few rows, k vectorised passes over the long axis are much faster on the CPU than ``argmin`` along
+    the outer axis."""
+    k = Dt.shape[0]
+    if k > 32 or Dt.device.type != "cpu":
+        return torch.argmin(Dt, 0)
+    best = Dt[0].clone()
+    lab = torch.zeros(Dt.shape[1], dtype=torch.int64, device=Dt.device)
+    for j in range(1, k):
+        better = Dt[j] < best
+        best = torch.where(better, Dt[j], best)
+        lab.masked_fill_(better, j)
+    return lab
 
 
 def sort_by_distance(D: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -330,7 +418,7 @@ def centroid_sums(X: torch.Tensor, nearest: torch.Tensor, w: torch.Tensor, k: in
             W = torch.zeros((n, k), dtype=torch.float64, device=dev)
             W.scatter_add_(1, nearest, w64)
         out[:, :d] += W.T @ x64
-        out[:, d] += W.sum(0)
+        out[:, d] += torch.ones(n, dtype=torch.float64, device=dev) @ W
         return out
     _, rbk = select("reduce_by_key", dev)
     if method == "atomic":
