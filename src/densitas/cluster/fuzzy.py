@@ -30,6 +30,7 @@ from densitas.cluster.steps import (
     nearest_centroids,
     prepare_centroids,
     schwaemmle_jensen,
+    select_nearest_t,
     sort_by_distance,
     sq_norms,
     weights_and_objective,
@@ -416,6 +417,22 @@ class FuzzyKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixi
                         nn = torch.arange(k, device=dev).expand(x.shape[0], k)
                         centroid_sums(x, nn, wt.T.contiguous(), k, method, out=acc, full=True)
                 continue
+            if geo.dense_select:  # the CPU: the (k, rows) GEMM of every distance, then the M nearest
+                Dt = distances_t(x, C, geo.shift, geo.norms(off, x), prepared=prepared)
+                Ds, it = select_nearest_t(Dt, M)
+                if out_labels is not None:
+                    out_labels[off:off + x.shape[0]] = argmin_t(Dt).cpu().numpy()  # ties: lower index
+                _u, wt, Jc = weights_and_objective(Ds, q, dim=0, keep_u=False, overwrite=True)
+                J += Jc
+                if acc is not None:
+                    if method == "dense":
+                        W = torch.zeros((k, x.shape[0]), dtype=torch.float64, device=dev)
+                        W.scatter_(0, it, wt.to(torch.float64))
+                        acc[:, :d] += W @ x.to(torch.float64)
+                        acc[:, d] += W.sum(1)
+                    else:
+                        centroid_sums(x, it.T.contiguous(), wt.T.contiguous(), k, method, out=acc, full=False)
+                continue
             D, nn = nearest_centroids(x, C, M, geo.shift)
             _u, w, Jc = weights_and_objective(D, q, keep_u=False)
             J += Jc
@@ -588,7 +605,10 @@ class _Geometry:
     def __init__(self, data: ChunkedData, shift: torch.Tensor, rows: int, full: bool):
         self.shift = shift.to(data.device)
         self._norms = None
-        if full and isinstance(data, TensorData):
+        # M < k on the CPU: every distance from the (k, rows) GEMM, then a selection (the GEMM + top-k of
+        # densitas.neighbors' PyTorch path in a layout that vectorises); on CUDA the fused top-k kernel
+        self.dense_select = data.device.type == "cpu"
+        if (full or self.dense_select) and isinstance(data, TensorData):
             self._norms = torch.cat([sq_norms(x, self.shift) for _, x in data.blocks(rows)])
 
     def norms(self, off: int, x: torch.Tensor) -> torch.Tensor | None:

@@ -286,6 +286,17 @@ def argmin_t(Dt: torch.Tensor) -> torch.Tensor:
     return lab
 
 
+def select_nearest_t(Dt: torch.Tensor, M: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``M`` smallest values of every column of ``Dt`` (k, n) and their rows: two (M, n) tensors, nearest
+    first. ``M = 1`` takes ties to the lower row (``torch.min``); larger M leaves the order of exactly tied
+    distances to ``torch.topk`` (their memberships are equal)."""
+    if M == 1:
+        v, i = torch.min(Dt, 0)
+        return v[None, :], i[None, :]
+    o = torch.topk(Dt, M, dim=0, largest=False, sorted=True)
+    return o.values, o.indices
+
+
 def sort_by_distance(D: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows ordered by (distance, cluster index): the nearest first, ties to the lower index."""
     o1 = torch.argsort(idx, dim=1)
