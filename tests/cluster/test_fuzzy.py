@@ -152,7 +152,7 @@ def test_random_slices_takes_one_point_per_slice(seeded):
     km = FuzzyKMeans(4, n_nearest=1, fuzzifier=2.0, init="random-slices", max_iter=1, random_state=3,
                      device="cpu")
     km._check_params()
-    from densitas.cluster.data import TensorData
+    from densitas.cluster._data import TensorData
 
     C = km._init_centers(TensorData(torch.from_numpy(X), torch.device("cpu"), 1 << 20), 4,
                          np.random.RandomState(3))

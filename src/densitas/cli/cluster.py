@@ -73,6 +73,17 @@ def run(data: str | None, k: int = 8, *, columns: list[str] | None = None, neare
 
     Returns a summary: rows, iterations, objective, fuzzifier, method, seconds, fpc, partition entropy, the
     cluster sizes and the centres.
+
+    Examples
+    --------
+    >>> import tempfile, numpy as np, pandas as pd
+    >>> tmp = tempfile.mkdtemp()
+    >>> pd.DataFrame({"x": np.r_[np.zeros(5), np.ones(5) * 9]}).to_parquet(f"{tmp}/d.parquet")
+    >>> s = run(f"{tmp}/d.parquet", 2, fuzzifier=2.0, out=f"{tmp}/labels.csv", device="cpu", progress=False)
+    ... # doctest: +ELLIPSIS
+    10 rows in 2 clusters ...
+    >>> sorted(s["sizes"])
+    [5, 5]
     """
     import pandas as pd
 

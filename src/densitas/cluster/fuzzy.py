@@ -4,6 +4,7 @@ for data in memory, in files or in DuckDB — streamed in chunks within a memory
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +18,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from densitas._backend.chunking import memory_budget as default_budget
 from densitas._backend.chunking import parse_bytes
 from densitas._backend.device import resolve_device
-from densitas.cluster.data import ChunkedData, TensorData, compute_dtype, is_streamed, open_data
+from densitas.cluster._data import ChunkedData, TensorData, compute_dtype, is_streamed, open_data
 from densitas.cluster.steps import (
     _ALL_METHODS,
     argmin_t,
@@ -232,13 +233,13 @@ class FuzzyKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixi
         if isinstance(x, torch.Tensor):
             t = x.to(compute_dtype(x.dtype)) if x.dtype != compute_dtype(x.dtype) else x
             if not bool(torch.isfinite(t).all()):
-                from densitas.cluster.data import _nonfinite_message
+                from densitas.cluster._data import _nonfinite_message
 
                 raise InputError(_nonfinite_message(t, 0, "X"))
             return t, True
-        t = torch.from_numpy(np.ascontiguousarray(x))
+        t = _from_numpy(x)
         if not bool(torch.isfinite(t).all()):
-            from densitas.cluster.data import _nonfinite_message
+            from densitas.cluster._data import _nonfinite_message
 
             raise InputError(_nonfinite_message(t, 0, "X"))
         return t.to(dev), False
@@ -320,7 +321,7 @@ class FuzzyKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixi
                 del self.feature_names_in_
             return data
         x = self._validate(X, reset=True)
-        t = x if isinstance(x, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(x))
+        t = x if isinstance(x, torch.Tensor) else _from_numpy(x)
         return TensorData(t, dev, budget // 2)
 
     def _init_array(self, d: int) -> torch.Tensor:
@@ -449,7 +450,7 @@ class FuzzyKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixi
         check_is_fitted(self, "cluster_centers_")
         dev = self._device(X)
         x, as_torch = self._as_tensor(X, dev)
-        C = torch.from_numpy(self.cluster_centers_).to(x.device)
+        C = _from_numpy(self.cluster_centers_).to(x.device)
         D, nn = _chunked(x, C, min(int(self.n_nearest), C.shape[0]), self._budget())
         return D, nn, as_torch
 
@@ -559,7 +560,7 @@ class FuzzyKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixi
         check_is_fitted(self, "cluster_centers_")
         dev = self._device(X)
         x, as_torch = self._as_tensor(X, dev)
-        C = torch.from_numpy(self.cluster_centers_).to(x.device)
+        C = _from_numpy(self.cluster_centers_).to(x.device)
         D, _ = _chunked(x, C, C.shape[0], self._budget())
         return self._out(D.sqrt(), as_torch)
 
@@ -596,6 +597,17 @@ def _chunked(x: torch.Tensor, C: torch.Tensor, M: int, budget: int | None) -> tu
         return nearest_centroids(x, C, M, shift)
     parts = [nearest_centroids(x[s:s + rows], C, M, shift) for s in range(0, x.shape[0], rows)]
     return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+
+
+def _from_numpy(a: np.ndarray) -> torch.Tensor:
+    """A tensor sharing ``a``'s memory (C-contiguous copy only if needed). Read-only arrays (memory maps) are
+    wrapped without a copy and without PyTorch's warning: densitas never writes to its inputs."""
+    a = np.ascontiguousarray(a)
+    if a.flags.writeable:
+        return torch.from_numpy(a)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(a)
 
 
 class _Geometry:

@@ -333,6 +333,12 @@ class Grouping:
         Pair indices grouped by cluster: ``order[offsets[j] : offsets[j] + counts[j]]`` are cluster ``j``'s.
     keys : (N·M,) int64 tensor
         The cluster of each pair of ``order`` (non-decreasing).
+
+    Examples
+    --------
+    >>> g = group_by_cluster([[1, 0], [1, 2]], 3, device="cpu")
+    >>> isinstance(g, Grouping), g.keys.tolist()
+    (True, [0, 1, 1, 2])
     """
 
     counts: torch.Tensor
@@ -452,31 +458,32 @@ def _is_identity(nearest: torch.Tensor, k: int) -> bool:
     return bool((nearest == torch.arange(k, device=nearest.device)[None, :]).all())
 
 
-#: The crossover "auto" uses on the CPU, measured with ``benchmarks/bench_cluster.py --crossover`` (see there):
-#: the dense GEMM wins while the clusters per pair are few; beyond, the scatter-add wins.
-DENSE_MAX_RATIO_CPU = 8.0
-#: On CUDA the crossover is not measured yet; the same rule is used.
-DENSE_MAX_RATIO_CUDA = 8.0
+#: The crossover "auto" uses, measured on this project's 2-core CPU with ``benchmarks/bench_cluster.py
+#: --crossover`` (whole iterations, n = 200,000, d = 10): the dense product was fastest up to k = 128 for every M
+#: tried (k/M up to 64; at k = 128 the two were within 5%), the scatter-add beyond (k = 256, M = 2: 201 against
+#: 253 ms); the sort-based methods (document 004's) never won on the CPU.
+DENSE_MAX_CLUSTERS = 128
+#: Beyond ``DENSE_MAX_CLUSTERS`` the dense product is still used while k/M is at most this (many neighbours).
+DENSE_MAX_RATIO = 16.0
 
 
 def choose_method(n_samples: int, n_features: int, n_clusters: int, n_nearest: int,
                   device: torch.device | str = "cpu") -> str:
-    """The centroid-update method ``"auto"`` picks.
+    """The centroid-update method ``"auto"`` picks: ``"dense"`` or ``"atomic"``.
 
-    The dense product costs ``N·k·(d+1)`` multiply-adds on the matrix units, a scatter-add ``N·M·(d+1)``
-    atomic (or indexed) adds; the measured crossover is at ``k / M ≈`` :data:`DENSE_MAX_RATIO_CPU` on this
-    project's 2-core CPU (``benchmarks/bench_cluster.py --crossover``). The sort-based methods (document
-    004's) never won on the CPU; on a GPU the crossover is unmeasured.
+    The dense product costs ``N·k·(d+1)`` multiply-adds on the matrix units (and an N × k weight matrix), the
+    scatter-add ``N·M·(d+1)`` indexed (on CUDA atomic) adds, several times dearer each. The measured CPU
+    crossover (:data:`DENSE_MAX_CLUSTERS`, :data:`DENSE_MAX_RATIO`) is used on CUDA as well, where it is not
+    measured yet.
 
     Examples
     --------
-    >>> choose_method(100_000, 10, 10, 10), choose_method(100_000, 10, 100, 2)
+    >>> choose_method(100_000, 10, 10, 10), choose_method(100_000, 10, 1000, 2)
     ('dense', 'atomic')
     """
-    dev = torch.device(device)
-    ratio = n_clusters / max(n_nearest, 1)
-    limit = DENSE_MAX_RATIO_CUDA if dev.type == "cuda" else DENSE_MAX_RATIO_CPU
-    return "dense" if ratio <= limit else "atomic"
+    if n_clusters <= DENSE_MAX_CLUSTERS or n_clusters / max(n_nearest, 1) <= DENSE_MAX_RATIO:
+        return "dense"
+    return "atomic"
 
 
 def centroid_update(X: Any, nearest: Any, weights: Any, n_clusters: int, *, method: str = "auto",

@@ -116,7 +116,7 @@ class SourceData(ChunkedData):
         for off, chunk in self.source.blocks(max(int(rows), 1)):
             a = chunk.to_numpy(dtype=np_dtype, na_value=np.nan) if hasattr(chunk, "to_numpy") else \
                 np.asarray(chunk, dtype=np_dtype)
-            t = torch.from_numpy(np.ascontiguousarray(a, dtype=np_dtype))
+            t = torch.from_numpy(np.require(a, dtype=np_dtype, requirements=["C", "W"]))
             if not _all_finite(t):
                 raise InputError(_nonfinite_message(t, off, self.name))
             yield off, t.to(self.device)
