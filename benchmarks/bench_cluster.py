@@ -1,0 +1,242 @@
+"""Fuzzy clustering benchmark: densitas beside scikit-fuzzy and fuzzy-c-means, and the four centroid updates.
+
+One run, side by side, on the same data, the same initial centroids and the same number of iterations:
+
+1. **Classic fuzzy c-means** (``n_nearest = n_clusters``, q = 2, float64): scikit-fuzzy ``cmeans`` and
+   fuzzy-c-means ``FCM`` (when importable) beside ``FuzzyKMeans`` with every centroid method, float32 too, and
+   on CUDA (when present) densitas and a dense PyTorch FCM on the same GPU. Time per iteration (the whole fit
+   divided by the iterations: initial checks and the final labelling pass included), the peers' time over
+   densitas' ("speedup"), and the largest centroid difference from scikit-fuzzy (relative to the data's scale).
+2. **GFKM** (``n_nearest = 2``) with every centroid method (no peer implements it).
+3. **The centroid step alone** (``centroid_update``) on document 004's grid: N = 491,520 (``--small``: 49,152),
+   k = 8, M = 2, d ∈ {8, 16, 64, 100}.
+4. ``--crossover``: whole iterations per centroid method over k and M — the measurement behind
+   ``densitas.cluster.steps.DENSE_MAX_CLUSTERS`` (the rule ``"auto"`` uses).
+
+Usage::
+
+    python benchmarks/bench_cluster.py            # n = 500,000, d = 10, c = 5 (issue 12's CPU row), 10 iterations
+    python benchmarks/bench_cluster.py --small    # n = 50,000
+    python benchmarks/bench_cluster.py --crossover [--small]
+
+Timings are medians of ``--repeats`` runs (CUDA: synchronised wall time of the whole fit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+import torch
+
+from densitas.cluster import CENTROID_METHODS, FuzzyKMeans, centroid_update
+from densitas.cluster.steps import choose_method, memberships
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def timed(fn, repeats: int, device: str = "cpu") -> tuple[float, object]:
+    """Median seconds of ``fn()`` over ``repeats`` runs (after one warm-up run on CUDA) and its last result."""
+    if device.startswith("cuda"):
+        fn()
+    out = None
+    ts = []
+    for _ in range(repeats):
+        _sync(device)
+        t0 = time.perf_counter()
+        out = fn()
+        _sync(device)
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts), out
+
+
+def make_data(n: int, d: int, c: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Gaussian blobs (c centres, spread 3 per axis, unit noise) and c initial centroids drawn from the data."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(c, d)) * 3.0
+    X = centres[rng.integers(0, c, size=n)] + rng.normal(size=(n, d))
+    C0 = X[rng.choice(n, c, replace=False)]
+    return X, C0
+
+
+def torch_dense_fcm(X: torch.Tensor, C0: torch.Tensor, m: float, iters: int) -> torch.Tensor:
+    """Textbook dense fuzzy c-means in PyTorch (the n × c matrices materialised): the GPU baseline."""
+    C = C0.clone()
+    for _ in range(iters):
+        D = torch.cdist(X, C).pow_(2).clamp_(min=1e-300)
+        a = D.pow(-1.0 / (m - 1.0))
+        U = a / a.sum(1, keepdim=True)
+        W = U.pow(m)
+        C = (W.T @ X) / W.sum(0)[:, None]
+    return C
+
+
+def row(name: str, sec_per_iter: float, ref: float | None, diff: float | None, note: str = "") -> None:
+    ratio = f"{sec_per_iter / ref:9.2f}x" if ref else " " * 10
+    dtxt = f"{diff:10.1e}" if diff is not None else " " * 10
+    print(f"  {name:44s} {sec_per_iter * 1e3:11.2f} {ratio} {dtxt}  {note}", flush=True)
+
+
+def classic(X: np.ndarray, C0: np.ndarray, iters: int, repeats: int, device: str) -> None:
+    n, d = X.shape
+    c = C0.shape[0]
+    scale = float(np.abs(X).max())
+    print(f"\n1. Classic fuzzy c-means: n = {n:,}, d = {d}, c = {c}, q = 2, {iters} iterations, same initial "
+          "centroids")
+    print(f"  {'implementation':44s} {'ms / iter':>11s} {'vs densitas':>10s} {'max |ΔC|':>10s}")
+
+    def ours(method: str, dtype=np.float64, dev: str = "cpu"):
+        Xd = X.astype(dtype) if dev == "cpu" else torch.as_tensor(X.astype(dtype), device=dev)
+        km = FuzzyKMeans(c, n_nearest=c, fuzzifier=2.0, init=C0, max_iter=iters, tol=0, centroid_update=method,
+                         device=dev)
+        t, fitted = timed(lambda: km.fit(Xd), repeats, dev)
+        return t / iters, fitted.cluster_centers_, fitted.centroid_update_
+
+    base, C_ours, picked = ours("auto")
+    reference = None
+    try:
+        import skfuzzy
+
+        u0 = memberships(((X[:, None, :] - C0[None]) ** 2).sum(2), 2.0).T
+        t, res = timed(lambda: skfuzzy.cluster.cmeans(X.T, c, 2.0, error=0.0, maxiter=iters, init=u0), repeats)
+        reference = res[0]
+        row(f"scikit-fuzzy {skfuzzy.__version__} cmeans", t / iters, base, 0.0, "reference")
+    except ImportError:
+        print("  scikit-fuzzy: not installed (pip install scikit-fuzzy)")
+    try:
+        import fcmeans
+        from fcmeans import FCM
+
+        class FixedInit(FCM):
+            def _init_u(self, X_):
+                self.rng = np.random.default_rng(0)
+                self.u = FCM._memberships(FCM._dist(X_, C0), self.m)
+
+        def run_fcm():
+            f = FixedInit(n_clusters=c, m=2.0, max_iter=iters, error=1e-9)
+            f.fit(X)
+            return f
+
+        t, f = timed(run_fcm, repeats)
+        diff = None if reference is None else float(np.abs(f.centers - reference).max()) / scale
+        row(f"fuzzy-c-means {getattr(fcmeans, '__version__', '')} FCM".replace("  ", " "), t / iters, base, diff)
+    except ImportError:
+        print("  fuzzy-c-means: not installed (pip install fuzzy-c-means)")
+    ref = reference if reference is not None else C_ours
+    row(f"densitas FuzzyKMeans auto ({picked}), cpu", base, base, float(np.abs(C_ours - ref).max()) / scale)
+    for method in CENTROID_METHODS:
+        t, C, _ = ours(method)
+        row(f"densitas {method}, cpu", t, base, float(np.abs(C - ref).max()) / scale)
+    t, C, _ = ours("auto", np.float32)
+    row("densitas auto, float32, cpu", t, base, float(np.abs(C - ref).max()) / scale)
+    if torch.cuda.is_available() and device != "cpu":
+        for dtype in (np.float32, np.float64):
+            for method in ("auto", *CENTROID_METHODS):
+                t, C, m = ours(method, dtype, device)
+                row(f"densitas {method if method != 'auto' else 'auto (' + m + ')'}, {np.dtype(dtype).name}, "
+                    f"{device}", t, base, float(np.abs(C - ref).max()) / scale)
+            Xt = torch.as_tensor(X.astype(dtype), device=device)
+            Ct = torch.as_tensor(C0.astype(dtype), device=device)
+            t, C = timed(lambda Xt=Xt, Ct=Ct: torch_dense_fcm(Xt, Ct, 2.0, iters), repeats, device)
+            row(f"dense PyTorch FCM, {np.dtype(dtype).name}, {device}", t / iters, base,
+                float(np.abs(C.cpu().numpy() - ref).max()) / scale)
+    print("  (vs densitas: time over densitas auto on the CPU; max |ΔC|: largest centroid difference from the "
+          "reference over max |X|)")
+
+
+def gfkm(X: np.ndarray, C0: np.ndarray, iters: int, repeats: int, device: str, M: int = 2) -> None:
+    n, d = X.shape
+    c = C0.shape[0]
+    print(f"\n2. GFKM: n = {n:,}, d = {d}, k = {c}, M = {M}, q = 2, {iters} iterations")
+    print(f"  {'centroid update':44s} {'ms / iter':>11s} {'vs auto':>10s} {'max |ΔC|':>10s}")
+    devices = ["cpu"] + ([device] if torch.cuda.is_available() and device != "cpu" else [])
+    for dev in devices:
+        Xd = X if dev == "cpu" else torch.as_tensor(X.astype(np.float32), device=dev)
+        base = None
+        ref = None
+        for method in ("auto", *CENTROID_METHODS):
+            km = FuzzyKMeans(c, n_nearest=M, fuzzifier=2.0, init=C0, max_iter=iters, tol=0, centroid_update=method,
+                             device=dev)
+            t, f = timed(lambda km=km, Xd=Xd: km.fit(Xd), repeats, dev)
+            if base is None:
+                base, ref = t / iters, f.cluster_centers_
+            name = f"auto ({f.centroid_update_})" if method == "auto" else method
+            row(f"densitas {name}, {dev}", t / iters, base, float(np.abs(f.cluster_centers_ - ref).max()))
+
+
+def step_grid(small: bool, repeats: int, device: str, seed: int) -> None:
+    N = 49_152 if small else 491_520
+    k, M = 8, 2
+    rng = np.random.default_rng(seed)
+    devices = ["cpu"] + ([device] if torch.cuda.is_available() and device != "cpu" else [])
+    print(f"\n3. The centroid step alone (document 004's grid): N = {N:,}, k = {k}, M = {M}")
+    print("   paper (GTX 760 over one Core i5 core, centroid step): counting sort 2.3× at d = 8 falling to 1.6–1.8×, "
+          "stable sort 1.5× rising to 2.5× at d ≥ 64")
+    print(f"  {'d':>5s} {'device':8s} " + " ".join(f"{m:>14s}" for m in CENTROID_METHODS) + "   (ms; auto → pick)")
+    for d in (8, 16, 64, 100):
+        X = rng.normal(size=(N, d))
+        nn = np.argsort(rng.random((N, k)), axis=1)[:, :M]
+        w = rng.random((N, M))
+        for dev in devices:
+            Xt = torch.as_tensor(X, device=dev)
+            nnt = torch.as_tensor(nn, device=dev)
+            wt = torch.as_tensor(w, device=dev)
+            cells = []
+            for method in CENTROID_METHODS:
+                t, _ = timed(lambda m=method, a=Xt, b=nnt, c=wt: centroid_update(a, b, c, k, method=m), repeats, dev)
+                cells.append(f"{t * 1e3:14.2f}")
+            print(f"  {d:5d} {dev:8s} " + " ".join(cells) + f"   auto → {choose_method(N, d, k, M, dev)}",
+                  flush=True)
+
+
+def crossover(small: bool, repeats: int, device: str, seed: int) -> None:
+    n = 50_000 if small else 200_000
+    d = 10
+    dev = device if torch.cuda.is_available() and device != "cpu" else "cpu"
+    print(f"\n4. Crossover of the centroid methods (whole iterations, n = {n:,}, d = {d}, {dev}): ms per iteration")
+    print(f"  {'k':>5s} {'M':>4s} {'k/M':>6s} " + " ".join(f"{m:>14s}" for m in CENTROID_METHODS) + "   fastest  auto")
+    for k, M in ((5, 5), (10, 10), (10, 2), (20, 2), (40, 4), (40, 2), (64, 2), (128, 4), (128, 2), (256, 2)):
+        X, C0 = make_data(n, d, k, seed)
+        Xd = X if dev == "cpu" else torch.as_tensor(X, device=dev)
+        times = []
+        for method in CENTROID_METHODS:
+            km = FuzzyKMeans(k, n_nearest=M, fuzzifier=2.0, init=C0, max_iter=3, tol=0, centroid_update=method,
+                             device=dev)
+            t, _ = timed(lambda km=km, Xd=Xd: km.fit(Xd), repeats, dev)
+            times.append(t / 3)
+        best = CENTROID_METHODS[int(np.argmin(times))]
+        print(f"  {k:5d} {M:4d} {k / M:6.1f} " + " ".join(f"{t * 1e3:14.2f}" for t in times)
+              + f"   {best:8s} {choose_method(n, d, k, M, dev)}", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--small", action="store_true", help="n = 50,000 instead of 500,000 (and a smaller grid)")
+    ap.add_argument("--crossover", action="store_true", help="only the centroid-method crossover sweep")
+    ap.add_argument("--n", type=int, default=None)
+    ap.add_argument("--d", type=int, default=10)
+    ap.add_argument("--k", type=int, default=5)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    print(f"densitas bench_cluster · torch {torch.__version__} · {torch.get_num_threads()} CPU threads"
+          + (f" · {torch.cuda.get_device_name()}" if torch.cuda.is_available() else " · no CUDA device"))
+    if args.crossover:
+        crossover(args.small, args.repeats, args.device, args.seed)
+        return
+    n = args.n or (50_000 if args.small else 500_000)
+    X, C0 = make_data(n, args.d, args.k, args.seed)
+    classic(X, C0, args.iters, args.repeats, args.device)
+    gfkm(X, C0, args.iters, args.repeats, args.device)
+    step_grid(args.small, args.repeats, args.device, args.seed)
+
+
+if __name__ == "__main__":
+    main()
