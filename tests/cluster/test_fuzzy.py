@@ -113,6 +113,26 @@ def test_gfkm_on_the_triton_backend_equals_torch(seeded):
         assert got.labels_.tolist() == want.labels_.tolist()
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("backend_name", ["torch", "triton"])
+def test_gfkm_through_knn_tile_topk_equals_the_cpu_route(seeded, monkeypatch, backend_name, dtype):
+    """The CUDA route (the M nearest from densitas.neighbors' knn_tile_topk, fused Triton kernel when forced)
+    gives the CPU route's centroids."""
+    import densitas.cluster.fuzzy as fz
+
+    X, first = blobs(seeded, n_per=12, d=3, k=4)
+    X = X.astype(dtype)
+    args = dict(n_nearest=2, fuzzifier=1.8, init=X[first].astype(np.float64) + 0.05, max_iter=3, tol=0,
+                device="cpu")
+    want = FuzzyKMeans(4, **args).fit(X)
+    monkeypatch.setattr(fz, "CPU_DENSE_SELECT", False)
+    with use_backend(backend_name):
+        got = FuzzyKMeans(4, **args).fit(X)
+    np.testing.assert_allclose(got.cluster_centers_, want.cluster_centers_, rtol=1e-5, atol=1e-5)
+    assert got.labels_.tolist() == want.labels_.tolist()
+    np.testing.assert_allclose(got.objective_, want.objective_, rtol=1e-5)
+
+
 def test_empty_cluster_moves_to_the_farthest_point(seeded):
     X, first = blobs(seeded, n_per=20, d=2, k=2)
     C0 = np.r_[X[first], [[1e4, 1e4]]]  # the third centroid is nobody's nearest

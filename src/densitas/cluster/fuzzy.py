@@ -48,6 +48,9 @@ KMEANS_PP_MAX_ROWS = 1 << 18
 #: cache and reuse freed memory instead of page-faulting on fresh allocations (measured: 2.8× faster per
 #: iteration than one big chunk at n = 500,000, d = 10, k = 5).
 CPU_CHUNK_ELEMENTS = 1 << 19
+#: GFKM (M < k) on the CPU: every distance from one (k × rows) GEMM, then a top-k along it. False takes the CUDA
+#: route on the CPU too (the operation ``knn_tile_topk`` and exact distances; the tests use it to cover that path).
+CPU_DENSE_SELECT = True
 
 
 @dataclass
@@ -619,7 +622,7 @@ class _Geometry:
         self._norms = None
         # M < k on the CPU: every distance from the (k, rows) GEMM, then a selection (the GEMM + top-k of
         # densitas.neighbors' PyTorch path in a layout that vectorises); on CUDA the fused top-k kernel
-        self.dense_select = data.device.type == "cpu"
+        self.dense_select = data.device.type == "cpu" and CPU_DENSE_SELECT
         if (full or self.dense_select) and isinstance(data, TensorData):
             self._norms = torch.cat([sq_norms(x, self.shift) for _, x in data.blocks(rows)])
 
