@@ -15,7 +15,7 @@ One run, side by side, on the same data, the same initial centroids and the same
 
 Usage::
 
-    python benchmarks/bench_cluster.py            # n = 500,000, d = 10, c = 5 (issue 12's CPU row), 10 iterations
+    python benchmarks/bench_cluster.py            # n = 500,000, d = 10, c = 5 (issue 12's CPU row), 20 iterations
     python benchmarks/bench_cluster.py --small    # n = 50,000
     python benchmarks/bench_cluster.py --crossover [--small]
 
@@ -41,9 +41,8 @@ def _sync(device: str) -> None:
 
 
 def timed(fn, repeats: int, device: str = "cpu") -> tuple[float, object]:
-    """Median seconds of ``fn()`` over ``repeats`` runs (after one warm-up run on CUDA) and its last result."""
-    if device.startswith("cuda"):
-        fn()
+    """Median seconds of ``fn()`` over ``repeats`` runs (after one warm-up run) and its last result."""
+    fn()
     out = None
     ts = []
     for _ in range(repeats):
@@ -76,10 +75,20 @@ def torch_dense_fcm(X: torch.Tensor, C0: torch.Tensor, m: float, iters: int) -> 
     return C
 
 
-def row(name: str, sec_per_iter: float, ref: float | None, diff: float | None, note: str = "") -> None:
+def row(name: str, sec_per_iter: float, ref: float | None, diff: float | None, note: str = "",
+        steady: float | None = None, steady_ref: float | None = None) -> None:
     ratio = f"{sec_per_iter / ref:9.2f}x" if ref else " " * 10
     dtxt = f"{diff:10.1e}" if diff is not None else " " * 10
-    print(f"  {name:44s} {sec_per_iter * 1e3:11.2f} {ratio} {dtxt}  {note}", flush=True)
+    st = f"{steady * 1e3:10.2f} {steady / steady_ref:8.2f}x" if steady is not None and steady_ref else ""
+    print(f"  {name:44s} {sec_per_iter * 1e3:11.2f} {ratio} {dtxt}  {st}  {note}", flush=True)
+
+
+def two_lengths(make, iters: int, repeats: int, device: str = "cpu") -> tuple[float, float, object]:
+    """Whole-fit seconds per iteration at ``iters`` iterations, the steady cost of one more iteration
+    ((t(iters) − t(1)) / (iters − 1): set-up and final passes cancel), and the result at ``iters``."""
+    t_p, out = timed(lambda: make(iters), repeats, device)
+    t_1, _ = timed(lambda: make(1), repeats, device)
+    return t_p / iters, max(t_p - t_1, 0.0) / max(iters - 1, 1), out
 
 
 def classic(X: np.ndarray, C0: np.ndarray, iters: int, repeats: int, device: str) -> None:
@@ -88,24 +97,29 @@ def classic(X: np.ndarray, C0: np.ndarray, iters: int, repeats: int, device: str
     scale = float(np.abs(X).max())
     print(f"\n1. Classic fuzzy c-means: n = {n:,}, d = {d}, c = {c}, q = 2, {iters} iterations, same initial "
           "centroids")
-    print(f"  {'implementation':44s} {'ms / iter':>11s} {'vs densitas':>10s} {'max |ΔC|':>10s}")
+    print(f"  {'implementation':44s} {'ms / iter':>11s} {'vs densitas':>10s} {'max |ΔC|':>10s}  "
+          f"{'steady ms':>10s} {'vs dens.':>9s}")
 
     def ours(method: str, dtype=np.float64, dev: str = "cpu"):
         Xd = X.astype(dtype) if dev == "cpu" else torch.as_tensor(X.astype(dtype), device=dev)
-        km = FuzzyKMeans(c, n_nearest=c, fuzzifier=2.0, init=C0, max_iter=iters, tol=0, centroid_update=method,
-                         device=dev)
-        t, fitted = timed(lambda: km.fit(Xd), repeats, dev)
-        return t / iters, fitted.cluster_centers_, fitted.centroid_update_
 
-    base, C_ours, picked = ours("auto")
+        def make(p):
+            return FuzzyKMeans(c, n_nearest=c, fuzzifier=2.0, init=C0, max_iter=p, tol=0, centroid_update=method,
+                               device=dev).fit(Xd)
+
+        t, st, fitted = two_lengths(make, iters, repeats, dev)
+        return t, st, fitted.cluster_centers_, fitted.centroid_update_
+
+    base, sbase, C_ours, picked = ours("auto")
     reference = None
     try:
         import skfuzzy
 
         u0 = memberships(((X[:, None, :] - C0[None]) ** 2).sum(2), 2.0).T
-        t, res = timed(lambda: skfuzzy.cluster.cmeans(X.T, c, 2.0, error=0.0, maxiter=iters, init=u0), repeats)
+        t, st, res = two_lengths(lambda p: skfuzzy.cluster.cmeans(X.T, c, 2.0, error=0.0, maxiter=p, init=u0),
+                                 iters, repeats)
         reference = res[0]
-        row(f"scikit-fuzzy {skfuzzy.__version__} cmeans", t / iters, base, 0.0, "reference")
+        row(f"scikit-fuzzy {skfuzzy.__version__} cmeans", t, base, 0.0, "reference", st, sbase)
     except ImportError:
         print("  scikit-fuzzy: not installed (pip install scikit-fuzzy)")
     try:
@@ -117,36 +131,39 @@ def classic(X: np.ndarray, C0: np.ndarray, iters: int, repeats: int, device: str
                 self.rng = np.random.default_rng(0)
                 self.u = FCM._memberships(FCM._dist(X_, C0), self.m)
 
-        def run_fcm():
-            f = FixedInit(n_clusters=c, m=2.0, max_iter=iters, error=1e-9)
+        def run_fcm(p):
+            f = FixedInit(n_clusters=c, m=2.0, max_iter=p, error=1e-9)
             f.fit(X)
             return f
 
-        t, f = timed(run_fcm, repeats)
+        t, st, f = two_lengths(run_fcm, iters, repeats)
         diff = None if reference is None else float(np.abs(f.centers - reference).max()) / scale
-        row(f"fuzzy-c-means {getattr(fcmeans, '__version__', '')} FCM".replace("  ", " "), t / iters, base, diff)
+        row(f"fuzzy-c-means {getattr(fcmeans, '__version__', '')} FCM".replace("  ", " "), t, base, diff, "", st,
+            sbase)
     except ImportError:
         print("  fuzzy-c-means: not installed (pip install fuzzy-c-means)")
     ref = reference if reference is not None else C_ours
-    row(f"densitas FuzzyKMeans auto ({picked}), cpu", base, base, float(np.abs(C_ours - ref).max()) / scale)
+    row(f"densitas FuzzyKMeans auto ({picked}), cpu", base, base, float(np.abs(C_ours - ref).max()) / scale, "",
+        sbase, sbase)
     for method in CENTROID_METHODS:
-        t, C, _ = ours(method)
-        row(f"densitas {method}, cpu", t, base, float(np.abs(C - ref).max()) / scale)
-    t, C, _ = ours("auto", np.float32)
-    row("densitas auto, float32, cpu", t, base, float(np.abs(C - ref).max()) / scale)
+        t, st, C, _ = ours(method)
+        row(f"densitas {method}, cpu", t, base, float(np.abs(C - ref).max()) / scale, "", st, sbase)
+    t, st, C, _ = ours("auto", np.float32)
+    row("densitas auto, float32, cpu", t, base, float(np.abs(C - ref).max()) / scale, "", st, sbase)
     if torch.cuda.is_available() and device != "cpu":
         for dtype in (np.float32, np.float64):
             for method in ("auto", *CENTROID_METHODS):
-                t, C, m = ours(method, dtype, device)
+                t, st, C, m = ours(method, dtype, device)
                 row(f"densitas {method if method != 'auto' else 'auto (' + m + ')'}, {np.dtype(dtype).name}, "
-                    f"{device}", t, base, float(np.abs(C - ref).max()) / scale)
+                    f"{device}", t, base, float(np.abs(C - ref).max()) / scale, "", st, sbase)
             Xt = torch.as_tensor(X.astype(dtype), device=device)
             Ct = torch.as_tensor(C0.astype(dtype), device=device)
-            t, C = timed(lambda Xt=Xt, Ct=Ct: torch_dense_fcm(Xt, Ct, 2.0, iters), repeats, device)
-            row(f"dense PyTorch FCM, {np.dtype(dtype).name}, {device}", t / iters, base,
-                float(np.abs(C.cpu().numpy() - ref).max()) / scale)
-    print("  (vs densitas: time over densitas auto on the CPU; max |ΔC|: largest centroid difference from the "
-          "reference over max |X|)")
+            t, st, C = two_lengths(lambda p, Xt=Xt, Ct=Ct: torch_dense_fcm(Xt, Ct, 2.0, p), iters, repeats, device)
+            row(f"dense PyTorch FCM, {np.dtype(dtype).name}, {device}", t, base,
+                float(np.abs(C.cpu().numpy() - ref).max()) / scale, "", st, sbase)
+    print("  (ms / iter: whole fit over the iterations, set-up and final labelling included; vs densitas: over "
+          "densitas auto on the CPU; max |ΔC|: largest centroid difference from the reference over max |X|; "
+          "steady: (t(p) − t(1)) / (p − 1))")
 
 
 def gfkm(X: np.ndarray, C0: np.ndarray, iters: int, repeats: int, device: str, M: int = 2) -> None:
@@ -221,7 +238,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=None)
     ap.add_argument("--d", type=int, default=10)
     ap.add_argument("--k", type=int, default=5)
-    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--seed", type=int, default=0)
