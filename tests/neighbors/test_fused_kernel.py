@@ -118,3 +118,20 @@ def test_tf32_rounding_stays_inside_the_certificate_bound():
         err = (fast.double() - exact).abs()
         assert bool((err <= eps).all()), f"seed {SEED}, offset {offset}: max err/eps {float((err / eps).max())}"
         assert float((err / eps).max()) > 1e-3  # the bound is not vacuous: TF32 errors reach its scale
+
+
+def test_mixed_euclidean_through_the_kernel_equals_the_direct_formula():
+    """One-hot/√2 coding makes mixed Euclidean a Euclidean distance for the kernel; the re-rank uses the exact
+    formula, so the answer equals a direct float64 implementation (ties by the lower index)."""
+    rng = np.random.default_rng(SEED)
+    n, m = 70, 6
+    X = np.concatenate([rng.normal(size=(n, 3)), rng.integers(0, 3, size=(n, 2))], 1)
+    X[30:35] = X[:5]  # duplicates
+    Y = np.concatenate([X[:3], np.concatenate([rng.normal(size=(m - 3, 3)), rng.integers(0, 4, size=(m - 3, 2))], 1)])
+    D, I_ = fused.mixed_kneighbors(torch.from_numpy(Y).float(), torch.from_numpy(X).float(), [3, 4], 5)
+    X32, Y32 = X.astype(np.float32).astype(np.float64), Y.astype(np.float32).astype(np.float64)
+    ref = ((Y32[:, None, :3] - X32[None, :, :3]) ** 2).sum(-1) + (Y32[:, None, 3:] != X32[None, :, 3:]).sum(-1)
+    want = np.lexsort((np.broadcast_to(np.arange(n), ref.shape), ref), axis=1)[:, :5]
+    assert (I_.numpy() == want).all(), f"seed {SEED}"
+    np.testing.assert_allclose(D.numpy(), np.sqrt(np.take_along_axis(ref, want, 1)), rtol=1e-12)
+    assert (I_[:3, 0] == torch.arange(3)).all()

@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["MAX_D", "MAX_KP", "candidates", "fused_applies", "fused_kneighbors", "tile_topk"]
+__all__ = ["MAX_D", "MAX_KP", "candidates", "fused_applies", "fused_kneighbors", "mixed_kneighbors", "tile_topk"]
 
 MAX_KP = 256  # the largest candidate list kept on chip; larger k takes the GEMM + topk path
 MAX_D = 256  # the widest rows one dot covers; wider data takes the GEMM + topk path
@@ -306,3 +306,90 @@ def tile_topk(q, c, k: int, tile_cols: int):
 
 
 tile_topk.unit_roundoff = UNIT_ROUNDOFF[TILE_PRECISION]
+
+
+def _one_hot_codes(yc: torch.Tensor, xc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Shared integer codes of one nominal column of the queries and the references, and their count."""
+    values, inverse = torch.unique(torch.cat([xc, yc]), return_inverse=True)
+    return inverse[len(xc):], inverse[:len(xc)], len(values)
+
+
+def mixed_kneighbors(Y: torch.Tensor, X: torch.Tensor, nominal: list[int], k: int, *,
+                     precision: str = "tf32", query_chunk: int = 1 << 15) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact k nearest rows by document 001's mixed Euclidean distance √(Σ numeric (a − b)² + Σ nominal [a ≠ b])
+    through the fused kernel.
+
+    Each nominal column becomes a one-hot block scaled by 1/√2, since ``‖(e_a − e_b)/√2‖² = [a ≠ b]``: the mixed
+    distance is the Euclidean distance of the coded rows, which the kernel ranks (TF32). The candidates are
+    re-ranked with the exact formula in float64 (numeric differences and integer mismatches, not the coded
+    rows), certified as in :func:`fused_kneighbors`, and the uncertified queries recomputed by brute force.
+
+    Parameters
+    ----------
+    Y, X : torch.Tensor
+        Queries (m, d) and references (n, d), float, finite, nominal columns holding codes or any values.
+    nominal : list of int
+        The nominal columns.
+    k : int
+
+    Returns
+    -------
+    distances : torch.Tensor of shape (m, k), float64
+    indices : torch.Tensor of shape (m, k), int64
+    """
+    d = X.shape[1]
+    num = [j for j in range(d) if j not in set(nominal)]
+    Xn, Yn = X[:, num].to(torch.float64), Y[:, num].to(torch.float64)
+    yc, xc, widths = [], [], []
+    for j in nominal:
+        a, b, w = _one_hot_codes(Y[:, j], X[:, j])
+        yc.append(a)
+        xc.append(b)
+        widths.append(w)
+    Xcodes = torch.stack(xc, 1) if xc else torch.zeros((len(X), 0), dtype=torch.int64, device=X.device)
+    Ycodes = torch.stack(yc, 1) if yc else torch.zeros((len(Y), 0), dtype=torch.int64, device=Y.device)
+    if len(num) + sum(widths) > MAX_D:
+        raise ValueError(f"the coded rows are {len(num) + sum(widths)} wide; at most {MAX_D} fit the kernel.")
+
+    def coded(n64: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
+        parts = [n64] + [torch.nn.functional.one_hot(codes[:, t], widths[t]).to(torch.float64) / math.sqrt(2.0)
+                         for t in range(len(widths))]
+        return torch.cat(parts, 1)
+
+    Xa = coded(Xn, Xcodes)
+    mu = Xa.mean(0)
+    Xc = (Xa - mu).to(torch.float32).contiguous()
+    cmax = float((Xa - mu).norm(dim=1).max()) if len(X) else 0.0
+    da = Xa.shape[1]
+    kp = _pow2(k + max(8, k // 4))
+    u = UNIT_ROUNDOFF.get(precision, 2.0**-10) if precision != "ieee" else 2.0**-23
+
+    def exact(qn: torch.Tensor, qcode: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        valid = idx < len(X)
+        safe = idx.clamp(max=len(X) - 1)
+        dist = ((qn[:, None, :] - Xn[safe]) ** 2).sum(-1) + (qcode[:, None, :] != Xcodes[safe]).sum(-1)
+        return torch.where(valid, dist, torch.full_like(dist, math.inf))
+
+    out_d, out_i = [], []
+    for q0 in range(0, len(Y), query_chunk):
+        qn, qcode = Yn[q0:q0 + query_chunk], Ycodes[q0:q0 + query_chunk]
+        Yc = coded(qn, qcode) - mu
+        d2, idx = candidates(Yc.to(torch.float32), Xc, kp, precision=precision)
+        ex = exact(qn, qcode, idx)
+        dist, ind = _exact_order(ex, idx, k)
+        kth = dist[:, k - 1]
+        qnorm = Yc.norm(dim=1)
+        eps = 4 * (u + da * 2.0**-23) * qnorm * cmax + (da + 4) * 2.0**-22 * (qnorm**2 + cmax**2)
+        ok = (kth < d2[:, -1].to(torch.float64) - eps) | torch.tensor(len(X) <= kp, device=Y.device)
+        bad = torch.nonzero(~ok).flatten()
+        for b in bad.tolist():  # rare: float64 brute force in reference chunks
+            best_d = torch.full((1, 0), math.inf, dtype=torch.float64, device=Y.device)
+            best_i = torch.zeros((1, 0), dtype=torch.int64, device=Y.device)
+            for c0 in range(0, len(X), 1 << 16):
+                ids = torch.arange(c0, min(c0 + (1 << 16), len(X)), device=Y.device)[None, :]
+                e = exact(qn[b:b + 1], qcode[b:b + 1], ids)
+                best_d, best_i = _exact_order(torch.cat([best_d, e], 1), torch.cat([best_i, ids], 1), k)
+            dist[b], ind[b] = best_d[0], best_i[0]
+        out_d.append(dist)
+        out_i.append(ind)
+    return torch.cat(out_d).sqrt(), torch.cat(out_i)

@@ -137,6 +137,33 @@ def _fused(X: torch.Tensor, Y: torch.Tensor, k: int, metric: str, dev: torch.dev
     return fused.fused_kneighbors(Y, X, k, metric=metric)
 
 
+def _fused_mixed(X: torch.Tensor, Y: torch.Tensor, k: int, metric: str, nominal: Any, dev: torch.device,
+                 budget: int | None) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Mixed Euclidean of CUDA tensors with nominal columns given by position, through the fused kernel on
+    one-hot/√2 coded rows (:func:`densitas.neighbors._triton.mixed_kneighbors`), where it applies. Else None."""
+    if dev.type != "cuda" or metric != "mixed_euclidean" or Y.ndim != 2 or X.shape[1] != Y.shape[1]:
+        return None
+    if not isinstance(nominal, list | tuple) or not all(isinstance(j, int | np.integer) for j in nominal):
+        return None
+    cols = sorted({int(j) for j in nominal})
+    if not cols or cols[0] < 0 or cols[-1] >= X.shape[1] or not X.is_floating_point() or not Y.is_floating_point():
+        return None
+    backend, _ = select("knn_tile_topk", dev)
+    if backend != "triton":
+        return None
+    from densitas.neighbors import _triton as fused
+
+    X, Y = X.to(dev), Y.to(dev)
+    if not (bool(torch.isfinite(X).all()) and bool(torch.isfinite(Y).all())):
+        return None
+    width = X.shape[1] - len(cols) + sum(int(torch.unique(torch.cat([X[:, j], Y[:, j]])).numel()) for j in cols)
+    kp = fused._pow2(k + max(8, k // 4))
+    need = X.shape[0] * (width + X.shape[1]) * 12 + min(len(Y), 1 << 15) * kp * (X.shape[1] + 4) * 8
+    if width > fused.MAX_D or kp > fused.MAX_KP or (budget is not None and need > budget):
+        return None
+    return fused.mixed_kneighbors(Y, X, cols, k)
+
+
 def kneighbors(X: Any, Y: Any, k: int, *, metric: str = "euclidean", nominal: Any = None, missing: str = "raise",
                device: DeviceLike = "auto", memory_budget: int | str | None = None) -> tuple[Any, Any]:
     """The ``k`` nearest rows of ``X`` to every row of ``Y``, exactly, in bounded memory.
@@ -197,9 +224,11 @@ def kneighbors(X: Any, Y: Any, k: int, *, metric: str = "euclidean", nominal: An
     check_missing(missing)
     budget = check_budget(memory_budget)
     dev = resolve_device(device, *(t for t in (X, Y) if isinstance(t, torch.Tensor)))
-    if isinstance(X, torch.Tensor) and isinstance(Y, torch.Tensor) and X.is_cuda and nominal is None \
-            and X.ndim == 2:  # device tensors: no round trip through host memory when the fused kernel applies
-        got = _fused(X.detach(), Y.detach(), check_k(k, X.shape[0]), m_obj.name, dev, budget)
+    if isinstance(X, torch.Tensor) and isinstance(Y, torch.Tensor) and X.is_cuda and X.ndim == 2:
+        # device tensors: no round trip through host memory when the fused kernel applies
+        kk = check_k(k, X.shape[0])
+        got = _fused(X.detach(), Y.detach(), kk, m_obj.name, dev, budget) if nominal is None else \
+            _fused_mixed(X.detach(), Y.detach(), kk, m_obj.name, nominal, dev, budget)
         if got is not None:
             return got
     on_device = _device_inputs(X, Y, m_obj, nominal, missing, dev)
