@@ -135,3 +135,29 @@ def test_mixed_euclidean_through_the_kernel_equals_the_direct_formula():
     assert (I_.numpy() == want).all(), f"seed {SEED}"
     np.testing.assert_allclose(D.numpy(), np.sqrt(np.take_along_axis(ref, want, 1)), rtol=1e-12)
     assert (I_[:3, 0] == torch.arange(3)).all()
+
+
+def test_nan_skipping_through_the_kernel_equals_the_direct_rule():
+    """Document 001's rule (pairs with a NaN skipped, no rescaling; nothing in common: NaN, last) through the
+    kernel's [x², x, m]·[m, −2x, x²] product equals a direct float64 implementation."""
+    rng = np.random.default_rng(SEED)
+    n, m, d = 60, 7, 4
+    X = rng.normal(size=(n, d))
+    X[rng.random((n, d)) < 0.3] = np.nan
+    X[5] = [np.nan, np.nan, 1.0, 2.0]
+    Y = X[:m].copy()
+    Y[6] = [3.0, 4.0, np.nan, np.nan]  # nothing in common with row 5 (and maybe others)
+    X32, Y32 = X.astype(np.float32).astype(np.float64), Y.astype(np.float32).astype(np.float64)
+    both = ~np.isnan(Y32)[:, None, :] & ~np.isnan(X32)[None, :, :]
+    diff = np.where(both, np.nan_to_num(Y32[:, None, :]) - np.nan_to_num(X32[None, :, :]), 0.0)
+    ref = np.where(both.any(-1), (diff**2).sum(-1), np.inf)
+    want = np.lexsort((np.broadcast_to(np.arange(n), ref.shape), ref), axis=1)[:, :8]
+    D, I_ = fused.masked_kneighbors(torch.from_numpy(Y).float(), torch.from_numpy(X).float(), 8, metric="sqeuclidean")
+    assert (I_.numpy() == want).all(), f"seed {SEED}"
+    got = np.take_along_axis(ref, want, 1)
+    np.testing.assert_allclose(D.numpy(), np.where(np.isinf(got), np.nan, got), rtol=1e-9, atol=1e-12)
+    # k = n: the pairs with nothing in common come last, as NaN, in index order
+    D, I_ = fused.masked_kneighbors(torch.from_numpy(Y).float(), torch.from_numpy(X).float(), n, metric="sqeuclidean")
+    want = np.lexsort((np.broadcast_to(np.arange(n), ref.shape), ref), axis=1)
+    assert (I_.numpy() == want).all(), f"seed {SEED}"
+    assert np.isnan(D.numpy()[6]).sum() == np.isinf(ref[6]).sum() >= 1

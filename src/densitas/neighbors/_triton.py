@@ -24,7 +24,8 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["MAX_D", "MAX_KP", "candidates", "fused_applies", "fused_kneighbors", "mixed_kneighbors", "tile_topk"]
+__all__ = ["MAX_D", "MAX_KP", "candidates", "fused_applies", "fused_kneighbors", "masked_kneighbors",
+           "mixed_kneighbors", "tile_topk"]
 
 MAX_KP = 256  # the largest candidate list kept on chip; larger k takes the GEMM + topk path
 MAX_D = 256  # the widest rows one dot covers; wider data takes the GEMM + topk path
@@ -102,7 +103,8 @@ def _pow2(x: int) -> int:
 
 def candidates(Q: torch.Tensor, R: torch.Tensor, kp: int, *, precision: str = "tf32",
                splits: int | None = None, block_m: int | None = None, block_n: int | None = None,
-               num_warps: int | None = None, num_stages: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+               num_warps: int | None = None, num_stages: int | None = None,
+               with_norms: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """For each row of ``Q`` the ``kp`` references of ``R`` nearest in (TF32-rounded) squared distance.
 
     Parameters
@@ -115,8 +117,10 @@ def candidates(Q: torch.Tensor, R: torch.Tensor, kp: int, *, precision: str = "t
         ``tl.dot``'s input precision.
     splits : int, optional
         How many programs share the references of one block of queries (default: enough to fill the GPU).
-    block_m, block_n, num_warps : int, optional
-        Launch settings (queries and references per tile, warps); defaults by ``kp``.
+    block_m, block_n, num_warps, num_stages : int, optional
+        Launch settings (queries and references per tile, warps, pipeline stages); defaults by ``kp``.
+    with_norms : bool
+        False: the value is ``−2·q·c`` alone (forms that fold the norms into the product).
 
     Returns
     -------
@@ -130,8 +134,10 @@ def candidates(Q: torch.Tensor, R: torch.Tensor, kp: int, *, precision: str = "t
     if kp != _pow2(kp) or kp > MAX_KP:
         raise ValueError(f"kp must be a power of two <= {MAX_KP}. Got {kp} instead.")
     Q, R = Q.contiguous(), R.contiguous()
-    qn = (Q * Q).sum(1)
-    rn = (R * R).sum(1)
+    if with_norms:
+        qn, rn = (Q * Q).sum(1), (R * R).sum(1)
+    else:  # the value is −2·Q·Rᵀ alone (the caller folded everything into the product)
+        qn, rn = Q.new_zeros(m), R.new_zeros(n)
     # launch settings measured on the H200 (benchmarks/RESULTS.md): 64 queries, 3 stages for short lists;
     # 16 queries, 2 stages for kp = 128 (the kept keys take the registers)
     BM = block_m or (64 if kp <= 64 else 16)
@@ -393,3 +399,75 @@ def mixed_kneighbors(Y: torch.Tensor, X: torch.Tensor, nominal: list[int], k: in
         out_d.append(dist)
         out_i.append(ind)
     return torch.cat(out_d).sqrt(), torch.cat(out_i)
+
+
+def masked_kneighbors(Y: torch.Tensor, X: torch.Tensor, k: int, *, metric: str = "euclidean",
+                      precision: str = "tf32", query_chunk: int = 1 << 15) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact k nearest rows with document 001's missing-value rule (a coordinate pair with a NaN on either side is
+    skipped, no rescaling; a pair of rows with nothing in common has distance NaN and ranks last), through the
+    fused kernel.
+
+    With ``m`` the presence mask and ``x`` the centred values (0 where missing), the skipped-pair squared
+    distance is ``Σ m_c x_q² + Σ m_q x_c² − 2 Σ x_q x_c = [x_q², x_q, m_q]·[m_c, −2x_c, x_c²]``: one dot product
+    of width 3d, which the kernel ranks (TF32). Pairs with nothing in common come out as 0 there; the float64
+    re-rank gives them +inf, and the certificate (every reference outside the candidates has a kernel value at
+    least the ``kp``-th one, hence a true distance at least that less the rounding bound, or none at all) still
+    holds, so only the exact k-th distance decides. Uncertified queries are recomputed by brute force.
+
+    Parameters
+    ----------
+    Y, X : torch.Tensor
+        Queries (m, d) and references (n, d), float, NaN allowed, no infinities; ``3·d <= MAX_D``.
+    k : int
+    metric : {"euclidean", "sqeuclidean"}
+
+    Returns
+    -------
+    distances : torch.Tensor of shape (m, k), float64
+        NaN for a pair with no coordinate in common (ranked last).
+    indices : torch.Tensor of shape (m, k), int64
+    """
+    X64, Y64 = X.to(torch.float64), Y.to(torch.float64)
+    mx, my = ~torch.isnan(X64), ~torch.isnan(Y64)
+    mu = torch.nan_to_num(torch.nanmean(X64, 0), nan=0.0)
+    x0, y0 = torch.nan_to_num(X64 - mu, nan=0.0), torch.nan_to_num(Y64 - mu, nan=0.0)
+    R = torch.cat([mx.to(torch.float64), -2.0 * x0, x0 * x0], 1) * -0.5  # the kernel's value is −2·q·r
+    rmax = float(R.norm(dim=1).max()) if len(X) else 0.0
+    Rf = R.to(torch.float32).contiguous()
+    w = R.shape[1]
+    kp = _pow2(k + max(8, k // 4))
+    u = UNIT_ROUNDOFF[precision] if precision != "ieee" else 2.0**-23
+
+    def exact(q0: torch.Tensor, qm: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        valid = idx < len(X)
+        safe = idx.clamp(max=len(X) - 1)
+        both = qm[:, None, :] & mx[safe]
+        diff = torch.where(both, q0[:, None, :] - x0[safe], 0.0)
+        dist = (diff * diff).sum(-1)
+        dist = torch.where(both.any(-1), dist, math.inf)
+        return torch.where(valid, dist, torch.full_like(dist, math.inf))
+
+    out_d, out_i = [], []
+    for s0 in range(0, len(Y), query_chunk):
+        q0, qm = y0[s0:s0 + query_chunk], my[s0:s0 + query_chunk]
+        Q = torch.cat([q0 * q0, q0, qm.to(torch.float64)], 1)
+        d2, idx = candidates(Q.to(torch.float32), Rf, kp, precision=precision, with_norms=False)
+        ex = exact(q0, qm, idx)
+        dist, ind = _exact_order(ex, idx, k)
+        qn = Q.norm(dim=1)
+        eps = 4 * (u + w * 2.0**-23) * qn * rmax * 2 + (w + 4) * 2.0**-22 * (qn**2 + rmax**2)
+        ok = (dist[:, k - 1] < d2[:, -1].to(torch.float64) - eps) | torch.tensor(len(X) <= kp, device=Y.device)
+        for b in torch.nonzero(~ok).flatten().tolist():  # float64 brute force in reference chunks
+            best_d = torch.full((1, 0), math.inf, dtype=torch.float64, device=Y.device)
+            best_i = torch.zeros((1, 0), dtype=torch.int64, device=Y.device)
+            for c0 in range(0, len(X), 1 << 16):
+                ids = torch.arange(c0, min(c0 + (1 << 16), len(X)), device=Y.device)[None, :]
+                e = exact(q0[b:b + 1], qm[b:b + 1], ids)
+                best_d, best_i = _exact_order(torch.cat([best_d, e], 1), torch.cat([best_i, ids], 1), k)
+            dist[b], ind[b] = best_d[0], best_i[0]
+        out_d.append(dist)
+        out_i.append(ind)
+    dist, ind = torch.cat(out_d), torch.cat(out_i)
+    if metric == "euclidean":
+        dist = dist.sqrt()
+    return torch.where(torch.isinf(dist), math.nan, dist), ind

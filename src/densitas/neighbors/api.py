@@ -137,6 +137,29 @@ def _fused(X: torch.Tensor, Y: torch.Tensor, k: int, metric: str, dev: torch.dev
     return fused.fused_kneighbors(Y, X, k, metric=metric)
 
 
+def _fused_masked(X: torch.Tensor, Y: torch.Tensor, k: int, metric: str, dev: torch.device,
+                  budget: int | None) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``missing="skip"`` on CUDA tensors through the fused kernel's width-3d product
+    (:func:`densitas.neighbors._triton.masked_kneighbors`), where it applies. Else None."""
+    if dev.type != "cuda" or metric not in ("euclidean", "sqeuclidean") or Y.ndim != 2 or X.shape[1] != Y.shape[1]:
+        return None
+    if not X.is_floating_point() or not Y.is_floating_point():
+        return None
+    backend, _ = select("knn_tile_topk", dev)
+    if backend != "triton":
+        return None
+    from densitas.neighbors import _triton as fused
+
+    kp = fused._pow2(k + max(8, k // 4))
+    need = X.shape[0] * X.shape[1] * 8 * 6 + min(len(Y), 1 << 15) * kp * (X.shape[1] + 4) * 16
+    if 3 * X.shape[1] > fused.MAX_D or kp > fused.MAX_KP or (budget is not None and need > budget):
+        return None
+    X, Y = X.to(dev), Y.to(dev)
+    if bool(torch.isinf(X).any()) or bool(torch.isinf(Y).any()):
+        return None  # the general path names the infinite value
+    return fused.masked_kneighbors(Y, X, k, metric=metric)
+
+
 def _fused_mixed(X: torch.Tensor, Y: torch.Tensor, k: int, metric: str, nominal: Any, dev: torch.device,
                  budget: int | None) -> tuple[torch.Tensor, torch.Tensor] | None:
     """Mixed Euclidean of CUDA tensors with nominal columns given by position, through the fused kernel on
@@ -227,8 +250,12 @@ def kneighbors(X: Any, Y: Any, k: int, *, metric: str = "euclidean", nominal: An
     if isinstance(X, torch.Tensor) and isinstance(Y, torch.Tensor) and X.is_cuda and X.ndim == 2:
         # device tensors: no round trip through host memory when the fused kernel applies
         kk = check_k(k, X.shape[0])
-        got = _fused(X.detach(), Y.detach(), kk, m_obj.name, dev, budget) if nominal is None else \
-            _fused_mixed(X.detach(), Y.detach(), kk, m_obj.name, nominal, dev, budget)
+        if nominal is not None:
+            got = _fused_mixed(X.detach(), Y.detach(), kk, m_obj.name, nominal, dev, budget)
+        elif missing == "skip" and (bool(torch.isnan(X).any()) or bool(torch.isnan(Y).any())):
+            got = _fused_masked(X.detach(), Y.detach(), kk, m_obj.name, dev, budget)
+        else:
+            got = _fused(X.detach(), Y.detach(), kk, m_obj.name, dev, budget)
         if got is not None:
             return got
     on_device = _device_inputs(X, Y, m_obj, nominal, missing, dev)
