@@ -29,6 +29,7 @@ __all__ = ["MAX_D", "MAX_KP", "candidates", "fused_applies", "fused_kneighbors",
 
 MAX_KP = 256  # the largest candidate list kept on chip; larger k takes the GEMM + topk path
 MAX_D = 256  # the widest rows one dot covers; wider data takes the GEMM + topk path
+SHARED_BYTES = 200_000  # what the launch settings may ask of shared memory (the H200 has 227 kB per block)
 _INF_BITS = 0x7F800000  # float32 +inf
 
 
@@ -142,6 +143,19 @@ def candidates(Q: torch.Tensor, R: torch.Tensor, kp: int, *, precision: str = "t
     # 16 queries, 2 stages for kp = 128 (the kept keys take the registers)
     BM = block_m or (64 if kp <= 64 else 16)
     BN = max(block_n or 64, kp)
+    stages = num_stages or (3 if kp <= 64 else 2)
+    BD_ = max(16, _pow2(d))
+    # the pipelined operand tiles must fit the H200's 227 kB of shared memory (wide rows: fewer stages, then
+    # fewer queries per block)
+    while stages * (BM + BN) * BD_ * 4 > SHARED_BYTES and not (block_m and num_stages):
+        if stages > 2 and not num_stages:
+            stages -= 1
+        elif BM > 16 and not block_m:
+            BM //= 2
+        elif stages > 1 and not num_stages:
+            stages -= 1
+        else:
+            break
     BD = max(16, _pow2(d))  # the whole row of features in one dot (d <= MAX_D)
     blocks = triton.cdiv(m, BM)
     if splits is None:
@@ -153,7 +167,7 @@ def candidates(Q: torch.Tensor, R: torch.Tensor, kp: int, *, precision: str = "t
     _knn_kernel[(blocks, splits)](Q, R, qn, rn, out, m, n, d, per, Q.stride(0), R.stride(0),
                                   BM=BM, BN=BN, BD=BD, KP=kp, PRECISION=precision,
                                   INTERPRETED=os.environ.get("TRITON_INTERPRET") == "1",
-                                  num_warps=num_warps or 4, num_stages=num_stages or (3 if kp <= 64 else 2))
+                                  num_warps=num_warps or 4, num_stages=stages)
     keys = out.view(m, splits * kp)
     if splits > 1:
         keys = torch.sort(keys, dim=1).values[:, :kp]
