@@ -43,7 +43,15 @@ MAX_LEVERAGE = 0.9
 @dataclass
 class Auxiliaries:
     """For one key: sample-row values ``rows`` (n, A) and exact population totals ``totals`` (G, A) of the
-    auxiliary functions; column 0 is the model's own prediction (the difference estimator's ``m``)."""
+    auxiliary functions; column 0 is the model's own prediction (the difference estimator's ``m``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> aux = Auxiliaries(rows=np.array([[0.5], [1.0], [0.0]]), totals=np.array([[40.0]]))
+    >>> aux.rows.shape, aux.totals.shape
+    ((3, 1), (1, 1))
+    """
 
     rows: np.ndarray
     totals: np.ndarray
@@ -68,7 +76,19 @@ class GroupTotals:
 
     def sampling_variance(self, gids: np.ndarray, ks: list[int], ws: list[np.ndarray | float]) -> np.ndarray:
         """(len(gids),): the estimated variance of ``Σ_k w_k T̂_k`` for each group of ``gids`` (weights scalar or
-        one per group of ``gids``)."""
+        one per group of ``gids``): ``N²(1 − n/N)/n`` times the sample variance of the combined residuals.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> rng = np.random.default_rng(1)
+        >>> z = rng.uniform(size=(200, 1)); y = (z[:, 0] > 0.5) * 1.0         # y is not linear in z
+        >>> t = regression_totals(y[:, None], [Auxiliaries(z, np.array([[500.0]]))], np.zeros(200, dtype=int),
+        ...                       np.array([1000.0]), np.array([200.0]))
+        >>> v = t.sampling_variance(np.array([0]), [0], [1.0])
+        >>> bool(0 < v[0] < 1000.0 ** 2 * 0.25 / 200)                       # below the plain sample's variance
+        True
+        """
         G = len(self.N)
         w_full = np.zeros((G, len(ks)))
         for c, w in enumerate(ws):
