@@ -275,3 +275,24 @@ def test_old_synopsis_format_asks_for_a_rebuild(tmp_path):
     fresh.build("t")
     assert fresh.query("SELECT COUNT(*) AS n FROM t WHERE x < 10")["n"].iloc[0] == pytest.approx(10, abs=1e-6)
     fresh.close()
+
+
+def test_thin_support_is_reported_in_attrs(mem_engine):
+    """An answer whose interval rests on fewer than MIN_SUPPORT sample rows inside the box says so in
+    df.attrs["warnings"]; a wide box, or a group sampled whole, does not."""
+    from densitas.aqp.synopsis import MIN_SUPPORT
+
+    con = mem_engine.con
+    con.execute("CREATE TABLE t AS SELECT i, (hash(i) % 100000)::DOUBLE / 100000 AS x FROM range(100000) r(i) "
+                "ORDER BY i")
+    mem_engine.build("t", ["x"], sample_size=2000, max_bins=16)
+    narrow = mem_engine.query("SELECT COUNT(*) AS v FROM t WHERE x BETWEEN 0.50001 AND 0.50200")  # ~4 sample rows
+    wide = mem_engine.query("SELECT COUNT(*) AS v FROM t WHERE x BETWEEN 0.2 AND 0.7")
+    syn = mem_engine._load("t")
+    from densitas.aqp.sql import parse
+
+    assert syn.support(parse("SELECT COUNT(*) FROM t WHERE x BETWEEN 0.50001 AND 0.50200"))[0] < MIN_SUPPORT
+    assert narrow.attrs.get("warnings"), narrow.attrs
+    assert "warnings" not in wide.attrs
+    mem_engine.build("t", ["x"], sample_size=100000, max_bins=16)  # the whole table: exact, no warning
+    assert "warnings" not in mem_engine.query("SELECT COUNT(*) AS v FROM t WHERE x BETWEEN 0.50001 AND 0.50200").attrs
