@@ -88,3 +88,20 @@ def test_collinear_auxiliaries_keep_the_model_weights():
     two = _one_group(y, np.concatenate([z[:, :1], z[:, :1]], axis=1), rows, len(x))
     assert np.isfinite(two.value).all()
     assert two.value[0, 0] == pytest.approx(one.value[0, 0], rel=1e-6)
+
+
+def test_mid_sized_groups_fit_the_model_prediction_and_an_intercept():
+    """A group with enough rows for two terms but not for all fits y − m on (1, m) only (the simple regression
+    estimator), computed here directly."""
+    rng = np.random.default_rng(SEED)
+    N, n = np.array([900.0]), np.array([30.0])  # 30 < 10 × 4 terms, >= 10 × 2
+    gid = np.zeros(30, dtype=np.int64)
+    z = rng.uniform(size=(30, 3))
+    y = 3 * z[:, 0] + rng.normal(size=30)
+    totals = np.array([[450.0, 460.0, 440.0]])
+    t = regression_totals(y[:, None], [Auxiliaries(z, totals)], gid, N, n)
+    X = np.stack([np.ones(30), z[:, 0]], axis=1)
+    b = np.linalg.lstsq(X, y - z[:, 0], rcond=None)[0]
+    b[1] += 1.0
+    direct = N[0] * b[0] + totals[0, 0] * b[1] + N[0] / n[0] * (y - X @ b).sum()
+    assert t.value[0, 0] == pytest.approx(direct, rel=1e-9), f"seed {SEED}"

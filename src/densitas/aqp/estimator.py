@@ -21,8 +21,10 @@ so a model that misses dependence (three-way interactions, functional dependence
 interval instead of biasing the answer: the model only decides how small the residuals are. With the whole
 group as the sample (``n_g = N_g``) the answer is exact and the variance vanishes.
 
-Groups whose sample is too small for the regression (fewer than ``MIN_ROWS_PER_TERM`` rows per term) use the
-difference estimator with the model's own prediction (``β`` fixed, ibid. §6.3), which is unbiased for any model.
+Groups whose sample is too small for every term (fewer than ``MIN_ROWS_PER_TERM`` rows per term) fit only an
+intercept and the model's own prediction (the simple regression estimator, ibid. §6.5); groups too small even
+for that use the difference estimator with the model's prediction (``β`` fixed, ibid. §6.3), which is unbiased
+for any model.
 """
 
 from __future__ import annotations
@@ -150,9 +152,15 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
         # smallest correction that fits, so terms collinear among the sample rows but not in the table (every
         # sampled row inside the box, say) keep the model's own weights instead of splitting them arbitrarily
         beta, lev = _fit(X, y[:, k] - Z[:, 0], gid, G, n, p)
-        small = n < MIN_ROWS_PER_TERM * p  # too few rows for the regression: the difference estimator alone
-        beta[small] = 0.0
-        lev[small[gid]] = 0.0
+        small = n < MIN_ROWS_PER_TERM * p  # too few rows for every term: the model's prediction and an intercept
+        if small.any() and p > 2:
+            b2, l2 = _fit(X[:, :2], y[:, k] - Z[:, 0], gid, G, n, 2)
+            beta[small] = 0.0
+            beta[small, :2] = b2[small]
+            lev[small[gid]] = l2[small[gid]]
+        tiny = n < MIN_ROWS_PER_TERM * 2  # too few rows even for that: the difference estimator alone
+        beta[tiny] = 0.0
+        lev[tiny[gid]] = 0.0
         beta[:, 1] += 1.0
         e = y[:, k] - (X * beta[gid]).sum(axis=1)
         # for the variance, each residual as if its row had been left out of the fit (e/(1 − h), h its leverage):
@@ -161,7 +169,7 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
         model[:, k] = (Xt * beta).sum(axis=1)
         corr[:, k] = N / n_safe * np.bincount(gid, e, minlength=G)
         value[:, k] = model[:, k] + corr[:, k]
-        dfs[:, k] = n - 1 if LEAVE_ONE_OUT else np.where(small, n - 1, n - p)
+        dfs[:, k] = n - 1 if LEAVE_ONE_OUT else np.where(tiny, n - 1, np.where(small, n - 2, n - p))
     return GroupTotals(value, model, corr, resid, gid, N.astype(np.float64), n.astype(np.float64),
                        np.maximum(dfs, 0.0))
 
