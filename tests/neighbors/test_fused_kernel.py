@@ -161,3 +161,27 @@ def test_nan_skipping_through_the_kernel_equals_the_direct_rule():
     want = np.lexsort((np.broadcast_to(np.arange(n), ref.shape), ref), axis=1)
     assert (I_.numpy() == want).all(), f"seed {SEED}"
     assert np.isnan(D.numpy()[6]).sum() == np.isinf(ref[6]).sum() >= 1
+
+
+@pytest.mark.parametrize("driver", ["fused", "mixed", "masked"])
+def test_uncertified_queries_take_the_brute_force(driver):
+    """More exact ties than candidates: the certificate cannot vouch for the query, the float64 brute force
+    answers it, ties by the lower index (every driver shares that step)."""
+    rng = np.random.default_rng(SEED)
+    X = rng.normal(size=(120, 3))
+    X[10:110] = X[3]  # 101 copies of one row: far more than the kp = 16 candidates
+    if driver == "mixed":
+        X = np.concatenate([X, np.zeros((120, 1))], 1)
+    Xt = torch.from_numpy(X).float()
+    Y = Xt[[3, 0]]
+    if driver == "fused":
+        D, I_ = fused.fused_kneighbors(Y, Xt, 5, metric="sqeuclidean")
+    elif driver == "mixed":
+        D, I_ = fused.mixed_kneighbors(Y, Xt, [3], 5)
+    else:
+        D, I_ = fused.masked_kneighbors(Y, Xt, 5, metric="sqeuclidean")
+    assert I_[0].tolist() == [3, 10, 11, 12, 13], f"seed {SEED}"
+    assert float(D[0].abs().max()) == 0.0
+    ref = ((X[0, None, :3].astype(np.float32).astype(np.float64)
+            - X[:, :3].astype(np.float32).astype(np.float64)) ** 2).sum(-1)
+    assert I_[1].tolist() == np.lexsort((np.arange(120), ref))[:5].tolist()

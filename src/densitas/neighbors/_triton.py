@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 
 import torch
 import triton
@@ -196,20 +197,25 @@ def _rerank(Q64: torch.Tensor, R64: torch.Tensor, idx: torch.Tensor, cosine: boo
     return torch.where(valid, dist, torch.full_like(dist, math.inf))
 
 
-def _exact_rows(Q64: torch.Tensor, R64: torch.Tensor, k: int, cosine: bool,
-                chunk: int = 1 << 14) -> tuple[torch.Tensor, torch.Tensor]:
-    """Float64 brute force for the few queries the fast pass could not certify (references in chunks)."""
-    best_d = torch.full((len(Q64), 0), math.inf, dtype=torch.float64, device=Q64.device)
-    best_i = torch.zeros((len(Q64), 0), dtype=torch.int64, device=Q64.device)
-    for c0 in range(0, len(R64), chunk):
-        Rc = R64[c0:c0 + chunk]
-        if cosine:
-            dist = 1.0 - (Q64 @ Rc.T) / (Q64.norm(dim=1)[:, None] * Rc.norm(dim=1)[None, :])
-        else:
-            dist = ((Q64[:, None, :] - Rc[None, :, :]) ** 2).sum(-1)
-        ids = torch.arange(c0, c0 + len(Rc), device=Q64.device).expand(len(Q64), -1)
-        best_d, best_i = _exact_order(torch.cat([best_d, dist], 1), torch.cat([best_i, ids], 1), k)
-    return best_d, best_i
+def _settle(dist: torch.Tensor, ind: torch.Tensor, kth: torch.Tensor, last: torch.Tensor, eps: torch.Tensor,
+            n: int, kp: int, exact: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
+    """The certificate and its fallback, shared by every driver: a query is certified when its exact k-th value
+    ``kth`` is below the kernel's ``kp``-th value ``last`` less its rounding bound ``eps`` (no reference outside
+    the candidates can then be nearer) or when every reference is a candidate; the others are recomputed, in
+    place, by float64 brute force over the references in chunks. ``exact(rows, ids)``: the exact values of the
+    queries ``rows`` (positions in this batch) against the references ``ids`` (len(rows), c)."""
+    ok = (kth < last.to(torch.float64) - eps) | (n <= kp)
+    bad = torch.nonzero(~ok).flatten()
+    if not len(bad):
+        return
+    k = dist.shape[1]
+    best_d = torch.full((len(bad), 0), math.inf, dtype=torch.float64, device=dist.device)
+    best_i = torch.zeros((len(bad), 0), dtype=torch.int64, device=dist.device)
+    chunk = max(256, (1 << 22) // len(bad))  # (len(bad), chunk) values per step
+    for c0 in range(0, n, chunk):
+        ids = torch.arange(c0, min(c0 + chunk, n), device=dist.device).expand(len(bad), -1)
+        best_d, best_i = _exact_order(torch.cat([best_d, exact(bad, ids)], 1), torch.cat([best_i, ids], 1), k)
+    dist[bad], ind[bad] = best_d, best_i
 
 
 def fused_kneighbors(Y: torch.Tensor, X: torch.Tensor, k: int, *, metric: str = "euclidean",
@@ -264,11 +270,9 @@ def fused_kneighbors(Y: torch.Tensor, X: torch.Tensor, k: int, *, metric: str = 
         kth_sq = torch.sort(ex_sq, dim=1).values[:, k - 1]
         qn = Yc.norm(dim=1)
         eps = 4 * (u + d * 2.0**-23) * qn * cmax + (d + 4) * 2.0**-22 * (qn**2 + cmax**2)
-        ok = (kth_sq < d2[:, -1].to(torch.float64) - eps) | torch.tensor(len(X) <= kp, device=Y.device)
-        bad = torch.nonzero(~ok).flatten()
-        if len(bad):
-            bd, bi = _exact_rows(Y64[q0:q0 + query_chunk][bad], X64, k, cosine)
-            dist[bad], ind[bad] = bd, bi
+        q64 = Y64[q0:q0 + query_chunk]
+        _settle(dist, ind, kth_sq, d2[:, -1], eps, len(X), kp,
+                lambda rows, ids, q64=q64: _rerank(q64[rows], X64, ids, cosine))
         out_d.append(dist)
         out_i.append(ind)
     dist, ind = torch.cat(out_d), torch.cat(out_i)
@@ -400,16 +404,8 @@ def mixed_kneighbors(Y: torch.Tensor, X: torch.Tensor, nominal: list[int], k: in
         kth = dist[:, k - 1]
         qnorm = Yc.norm(dim=1)
         eps = 4 * (u + da * 2.0**-23) * qnorm * cmax + (da + 4) * 2.0**-22 * (qnorm**2 + cmax**2)
-        ok = (kth < d2[:, -1].to(torch.float64) - eps) | torch.tensor(len(X) <= kp, device=Y.device)
-        bad = torch.nonzero(~ok).flatten()
-        for b in bad.tolist():  # rare: float64 brute force in reference chunks
-            best_d = torch.full((1, 0), math.inf, dtype=torch.float64, device=Y.device)
-            best_i = torch.zeros((1, 0), dtype=torch.int64, device=Y.device)
-            for c0 in range(0, len(X), 1 << 16):
-                ids = torch.arange(c0, min(c0 + (1 << 16), len(X)), device=Y.device)[None, :]
-                e = exact(qn[b:b + 1], qcode[b:b + 1], ids)
-                best_d, best_i = _exact_order(torch.cat([best_d, e], 1), torch.cat([best_i, ids], 1), k)
-            dist[b], ind[b] = best_d[0], best_i[0]
+        _settle(dist, ind, kth, d2[:, -1], eps, len(X), kp,
+                lambda rows, ids, qn=qn, qcode=qcode: exact(qn[rows], qcode[rows], ids))
         out_d.append(dist)
         out_i.append(ind)
     return torch.cat(out_d).sqrt(), torch.cat(out_i)
@@ -470,15 +466,8 @@ def masked_kneighbors(Y: torch.Tensor, X: torch.Tensor, k: int, *, metric: str =
         dist, ind = _exact_order(ex, idx, k)
         qn = Q.norm(dim=1)
         eps = 4 * (u + w * 2.0**-23) * qn * rmax * 2 + (w + 4) * 2.0**-22 * (qn**2 + rmax**2)
-        ok = (dist[:, k - 1] < d2[:, -1].to(torch.float64) - eps) | torch.tensor(len(X) <= kp, device=Y.device)
-        for b in torch.nonzero(~ok).flatten().tolist():  # float64 brute force in reference chunks
-            best_d = torch.full((1, 0), math.inf, dtype=torch.float64, device=Y.device)
-            best_i = torch.zeros((1, 0), dtype=torch.int64, device=Y.device)
-            for c0 in range(0, len(X), 1 << 16):
-                ids = torch.arange(c0, min(c0 + (1 << 16), len(X)), device=Y.device)[None, :]
-                e = exact(q0[b:b + 1], qm[b:b + 1], ids)
-                best_d, best_i = _exact_order(torch.cat([best_d, e], 1), torch.cat([best_i, ids], 1), k)
-            dist[b], ind[b] = best_d[0], best_i[0]
+        _settle(dist, ind, dist[:, k - 1].clone(), d2[:, -1], eps, len(X), kp,
+                lambda rows, ids, q0=q0, qm=qm: exact(q0[rows], qm[rows], ids))
         out_d.append(dist)
         out_i.append(ind)
     dist, ind = torch.cat(out_d), torch.cat(out_i)
