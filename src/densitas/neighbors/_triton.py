@@ -25,6 +25,8 @@ import torch
 import triton
 import triton.language as tl
 
+from densitas.exceptions import InputError
+
 __all__ = ["MAX_D", "MAX_KP", "candidates", "fused_applies", "fused_kneighbors", "masked_kneighbors",
            "mixed_kneighbors", "tile_topk"]
 
@@ -134,7 +136,7 @@ def candidates(Q: torch.Tensor, R: torch.Tensor, kp: int, *, precision: str = "t
     m, d = Q.shape
     n = R.shape[0]
     if kp != _pow2(kp) or kp > MAX_KP:
-        raise ValueError(f"kp must be a power of two <= {MAX_KP}. Got {kp} instead.")
+        raise InputError(f"The 'kp' parameter of candidates must be a power of two <= {MAX_KP}. Got {kp} instead.")
     Q, R = Q.contiguous(), R.contiguous()
     if with_norms:
         qn, rn = (Q * Q).sum(1), (R * R).sum(1)
@@ -373,7 +375,8 @@ def mixed_kneighbors(Y: torch.Tensor, X: torch.Tensor, nominal: list[int], k: in
     Xcodes = torch.stack(xc, 1) if xc else torch.zeros((len(X), 0), dtype=torch.int64, device=X.device)
     Ycodes = torch.stack(yc, 1) if yc else torch.zeros((len(Y), 0), dtype=torch.int64, device=Y.device)
     if len(num) + sum(widths) > MAX_D:
-        raise ValueError(f"the coded rows are {len(num) + sum(widths)} wide; at most {MAX_D} fit the kernel.")
+        raise InputError(f"The 'nominal' parameter of mixed_kneighbors codes the rows {len(num) + sum(widths)} "
+                         f"wide; at most {MAX_D} fit the kernel. Got {len(nominal)} nominal columns instead.")
 
     def coded(n64: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
         parts = [n64] + [torch.nn.functional.one_hot(codes[:, t], widths[t]).to(torch.float64) / math.sqrt(2.0)

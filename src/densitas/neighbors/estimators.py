@@ -245,7 +245,7 @@ class KNeighborsClassifier(ClassifierMixin, _NeighborsBase):
         self
         """
         if y is None:
-            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None.")
+            raise InputError(f"{type(self).__name__} requires y to be passed, but the target y is None.")
         self._fit_X(X)
         y = column_or_1d(check_array(y, ensure_2d=False, dtype=None, ensure_all_finite=False), warn=True)
         check_consistent_length(np.empty(self.n_samples_fit_), y)
@@ -334,7 +334,7 @@ class KNeighborsRegressor(RegressorMixin, _NeighborsBase):
         self
         """
         if y is None:
-            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None.")
+            raise InputError(f"{type(self).__name__} requires y to be passed, but the target y is None.")
         self._fit_X(X)
         y = column_or_1d(check_array(y, ensure_2d=False, dtype="numeric"), warn=True)
         check_consistent_length(np.empty(self.n_samples_fit_), y)
