@@ -44,7 +44,19 @@ class StaleSynopsisError(DensitasError, RuntimeError):
 
 
 class NoSynopsisError(DensitasError, LookupError):
-    """A table has no synopsis (or the database holds no synopses at all); build one first."""
+    """A table has no synopsis (or the database holds no synopses at all); build one first.
+
+    Examples
+    --------
+    >>> import duckdb
+    >>> from densitas.aqp import Engine
+    >>> con = duckdb.connect(); _ = con.execute("CREATE TABLE t AS SELECT range AS x FROM range(10)")
+    >>> try:
+    ...     Engine(con).query("SELECT COUNT(*) FROM t")
+    ... except NoSynopsisError:
+    ...     print("no synopsis")
+    no synopsis
+    """
 
 
 class DatabaseError(DensitasError, RuntimeError):
