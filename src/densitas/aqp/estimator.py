@@ -174,27 +174,25 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
                        np.maximum(dfs, 0.0))
 
 
-def _segments(g: np.ndarray, G: int) -> np.ndarray:
-    """(G + 1,): where each group's rows start in ``g`` (sorted group ids)."""
-    return np.searchsorted(g, np.arange(G + 1))
-
-
 def _fit(X: np.ndarray, y: np.ndarray, gid: np.ndarray, G: int, n: np.ndarray,
          p: int) -> tuple[np.ndarray, np.ndarray]:
     """Per-group minimum-norm least squares of ``y`` on ``X``: the coefficients (G, p) and each row's leverage
-    ``h_i = x_iᵀ (XᵀX)⁺ x_i`` in its group's fit (n,). One small matrix product per group (rows sorted by
-    group; rows outside every term's support and with ``y = 0`` add only to the intercept's count)."""
-    order = None if np.all(gid[1:] >= gid[:-1]) else np.argsort(gid, kind="stable")
-    Xs, ys, gs = (X, y, gid) if order is None else (X[order], y[order], gid[order])
-    active = (Xs[:, 1:] != 0).any(axis=1) | (ys != 0)
-    Xa, ya, ga = Xs[active], ys[active], gs[active]
-    seg = _segments(ga, G)
+    ``h_i = x_iᵀ (XᵀX)⁺ x_i`` in its group's fit (n,). The cross products are summed per group in one
+    segmented reduction; rows outside every term's support and with ``y = 0`` add only to the intercept's
+    count, and their leverage is the intercept's."""
+    active = (X[:, 1:] != 0).any(axis=1) | (y != 0)
+    act = np.flatnonzero(active)
+    ga = gid[act]
+    if np.any(ga[1:] < ga[:-1]):
+        act = act[np.argsort(ga, kind="stable")]
+        ga = gid[act]
+    Xa, ya = X[act], y[act]
     xtx = np.zeros((G, p, p))
     xty = np.zeros((G, p))
-    for g in np.flatnonzero(np.diff(seg)):
-        rows = slice(seg[g], seg[g + 1])
-        xtx[g] = Xa[rows].T @ Xa[rows]
-        xty[g] = Xa[rows].T @ ya[rows]
+    if len(ga):
+        first = np.flatnonzero(np.diff(ga, prepend=-1))  # where each non-empty group's rows start
+        xtx[ga[first]] = np.add.reduceat(Xa[:, :, None] * Xa[:, None, :], first, axis=0)
+        xty[ga[first]] = np.add.reduceat(Xa * ya[:, None], first, axis=0)
     xtx[:, 0, 0] = n
     # the minimum-norm least-squares solution (in units of each term's scale), group by group
     d = np.einsum("gii->gi", xtx)
@@ -202,13 +200,9 @@ def _fit(X: np.ndarray, y: np.ndarray, gid: np.ndarray, G: int, n: np.ndarray,
     A = xtx / scale[:, :, None] / scale[:, None, :]
     inv = np.linalg.pinv(A, rcond=1e-10, hermitian=True)
     beta = np.einsum("gij,gj->gi", inv, xty / scale) / scale
-    lev_s = np.empty(len(gs))
-    seg_all = _segments(gs, G)
-    for g in np.flatnonzero(np.diff(seg_all)):
-        rows = slice(seg_all[g], seg_all[g + 1])
-        xs = Xs[rows] / scale[g]
-        lev_s[rows] = ((xs @ inv[g]) * xs).sum(axis=1)
-    lev = lev_s if order is None else np.empty_like(lev_s)
-    if order is not None:
-        lev[order] = lev_s
+    # leverages: a row outside every term's support is (1, 0, …, 0); the others one quadratic form each
+    lev = (inv[:, 0, 0] / (scale[:, 0] * scale[:, 0]))[gid]
+    if len(act):
+        xs = Xa / scale[ga]
+        lev[act] = np.einsum("ni,nij,nj->n", xs, inv[ga], xs)
     return np.where(np.isfinite(beta), beta, 0.0), np.where(np.isfinite(lev), np.clip(lev, 0.0, 1.0), 0.0)
