@@ -296,3 +296,20 @@ def test_thin_support_is_reported_in_attrs(mem_engine):
     assert "warnings" not in wide.attrs
     mem_engine.build("t", ["x"], sample_size=100000, max_bins=16)  # the whole table: exact, no warning
     assert "warnings" not in mem_engine.query("SELECT COUNT(*) AS v FROM t WHERE x BETWEEN 0.50001 AND 0.50200").attrs
+
+
+def test_point_mass_at_a_cap_is_cut_exactly(mem_engine):
+    """A column capped at a value (many rows exactly at the cap, the rest well below it, the last fine bin
+    spanning both) answers a bound just under the cap exactly: the model spreads a bin's rows over its occupied
+    range, not its edges. Spreading over the edges put most of the capped rows inside ``x < cap``, with an
+    interval that did not hold the truth."""
+    con = mem_engine.con
+    con.execute("CREATE TABLE t AS SELECT CASE WHEN hash(i, 5) % 1000 < 3 THEN 10000.0 "
+                "ELSE (hash(i) % 100000)::DOUBLE / 100 END AS x FROM range(200000) r(i)")
+    mem_engine.build("t", ["x"], sample_size=500, max_bins=16)
+    for sql in ["SELECT COUNT(*) AS v FROM t WHERE x < 10000", "SELECT COUNT(*) AS v FROM t WHERE x >= 9999.5",
+                "SELECT AVG(x) AS v FROM t WHERE x > 999.995"]:
+        df = mem_engine.query(sql)
+        e = _exact(mem_engine, sql, "v")
+        assert float(df["v"].iloc[0]) == pytest.approx(e, rel=1e-6), sql
+        assert df["v_ci_low"].iloc[0] - 1e-6 * abs(e) <= e <= df["v_ci_high"].iloc[0] + 1e-6 * abs(e), sql

@@ -38,7 +38,7 @@ from densitas.exceptions import DensitasError, InputError
 __all__ = ["BuildOptions", "build", "ensure_schema", "fingerprint_sql"]
 
 SCHEMA = "densitas"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 KINDS = ("marg", "sums", "pairs", "sample", "edges", "groups")
 # bin, cell and group numbers are stored as SMALLINT: BuildOptions keeps max_bins and max_groups (and with them
 # every bin, cell and group id) within its range
@@ -110,6 +110,7 @@ def fingerprint_sql(table: str, columns: Sequence[str]) -> str:
 
 MARG_CELL_BYTES = 2 + 2 + 2 + 4 + 8  # col, gid, bin, n, s
 PAIR_CELL_BYTES = 2 + 2 + 2 + 2 + 4  # pair, gid, c0, c1, n
+EDGE_BYTES = 4 + 4 + 8 + 8 + 8  # col, bin, lo, vmin, vmax
 PROBE_RES = 16
 
 
@@ -117,7 +118,7 @@ def _marginal_bins(infos: list[ColumnInfo], n_groups: int, opts: BuildOptions, b
     """Bins per column: the 1-D share of the budget split evenly (dense estimate); columns with fewer distinct
     values than their share hand the slack to the others."""
     k = len(infos)
-    per_col = opts.shares[1] * budget / (k * n_groups * MARG_CELL_BYTES)
+    per_col = opts.shares[1] * budget / (k * (n_groups * MARG_CELL_BYTES + EDGE_BYTES))
     cards = [min(info.distinct, opts.max_bins) for info in infos]
     bins = list(cards)
     slack_cols = [i for i in range(k) if cards[i] > per_col]
@@ -286,10 +287,10 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
                         f"FROM (SELECT {gsel}, count(*) AS n FROM {src} GROUP BY {gsel})")
         else:
             con.execute(f"CREATE TABLE {groups_t} AS SELECT 0 AS gid, count(*) AS n FROM {src}")
-        con.execute(f"CREATE TABLE {edges_t} (col INTEGER, bin INTEGER, lo DOUBLE)")
+        con.execute(f"CREATE TABLE {edges_t} (col INTEGER, bin INTEGER, lo DOUBLE, vmin DOUBLE, vmax DOUBLE)")
         for j, info in enumerate(infos):
-            con.execute(f"INSERT INTO {edges_t} SELECT {j}, unnest(range(1, {info.bins + 1})), unnest(?::DOUBLE[])",
-                        [info.edges.tolist()])
+            con.execute(f"INSERT INTO {edges_t} SELECT {j}, unnest(range(1, {info.bins + 1})), unnest(?::DOUBLE[]), "
+                        "NULL, NULL", [info.edges.tolist()])
         say("binning rows", 0.2)
         sel = [f"{info.expr} AS v{j}" for j, info in enumerate(infos)]
         sel += [quote(g) for g in group_by]
@@ -319,6 +320,10 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
         for j in range(len(infos)):
             con.execute(f"INSERT INTO {marg_t} SELECT {j}, gid, b{j}, count(*), sum(v{j}) FROM _densitas_binned "
                         "GROUP BY ALL")
+            # each bin's occupied range over the whole table: the model spreads the bin's rows over it
+            con.execute(f"UPDATE {edges_t} SET vmin = m.vmin, vmax = m.vmax FROM (SELECT b{j} AS bin, "
+                        f"min(v{j}) AS vmin, max(v{j}) AS vmax FROM _densitas_binned WHERE b{j} > 0 GROUP BY ALL) m "
+                        f"WHERE {edges_t}.col = {j} AND {edges_t}.bin = m.bin")
 
         # 5b. sum grids: per column, per (group, cell), the count and every numeric column's sum and non-NULL
         # count (SUM/AVG of one column under predicates on another)

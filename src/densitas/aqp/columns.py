@@ -58,6 +58,9 @@ class ColumnInfo:
     distinct: int = 0
     discrete: bool = False  # bins are the distinct values themselves
     edges: np.ndarray = field(default_factory=lambda: np.zeros(0))  # lower edge of each bin (bins 1..B)
+    # smallest and largest value each bin holds in the table (NaN where empty): rows are spread over these
+    occupied_min: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    occupied_max: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @property
     def expr(self) -> str:
@@ -87,14 +90,30 @@ class ColumnInfo:
         """Upper end of each bin."""
         return np.append(self.edges[1:], self.top)
 
+    def spread(self) -> tuple[np.ndarray, np.ndarray]:
+        """(lower, upper) per bin of the extent its rows are modelled as spread evenly over: from the bin's
+        smallest to just past its largest value (a value v occupies [v, v + step)), so that a bound beyond the
+        last occupied value keeps the whole bin and a point mass (one value) is cut exactly; the bin's edges
+        where its occupied range is unknown or empty."""
+        lo, up = self.edges.astype(np.float64), self.uppers()
+        if len(self.occupied_min) != len(lo):
+            return lo, up
+        vmin, vmax = self.occupied_min, self.occupied_max
+        past = vmax + self.step if self.step > 0 else np.nextafter(vmax, np.inf)
+        ok = np.isfinite(vmin) & np.isfinite(vmax)
+        return np.where(ok, np.maximum(vmin, lo), lo), np.where(ok, np.minimum(past, up), up)
+
     def to_dict(self) -> dict:
         return {"name": self.name, "sql_type": self.sql_type, "kind": self.kind, "step": self.step,
                 "nullable": self.nullable, "lo": self.lo, "hi": self.hi, "distinct": self.distinct,
                 "discrete": self.discrete}
 
     @classmethod
-    def from_dict(cls, d: dict, edges: np.ndarray) -> ColumnInfo:
-        return cls(edges=edges, **d)
+    def from_dict(cls, d: dict, edges: np.ndarray, occupied_min: np.ndarray | None = None,
+                  occupied_max: np.ndarray | None = None) -> ColumnInfo:
+        empty = np.zeros(0)
+        return cls(edges=edges, occupied_min=empty if occupied_min is None else occupied_min,
+                   occupied_max=empty if occupied_max is None else occupied_max, **d)
 
 
 def to_number(info: ColumnInfo, value: object, where: str) -> float:

@@ -180,8 +180,8 @@ class Synopsis:
                 ok = ((e > lo) | ((e == lo) & loi)) & ((e < hi) | ((e == hi) & hii))
                 f[1:] += ok
             return np.minimum(f, 1.0)
-        upper = info.uppers()
-        width = upper - e
+        e, upper = info.spread()
+        width = np.where(upper > e, upper - e, 1.0)
         f = np.zeros(len(e) + 1)
         for lo, loi, hi, hii in ivals:
             L, U = _half_open(info, lo, loi, hi, hii)
@@ -197,7 +197,7 @@ class Synopsis:
         out = np.zeros(G)
         if info.discrete:
             return out
-        e, up = info.edges, info.uppers()
+        e, up = info.spread()
         B = len(e)
         w = self.fine[j]
         for lo, loi, hi, hii in ivals:
@@ -206,7 +206,7 @@ class Synopsis:
                 if not math.isfinite(x):
                     continue
                 i = int(np.searchsorted(e, x, side="right"))  # fine bin (1..B) holding x
-                if i < 1 or i > B or x <= e[i - 1]:
+                if i < 1 or i > B or x <= e[i - 1] or x >= up[i - 1]:
                     continue
                 a, b = e[i - 1], up[i - 1]
                 h, mid = b - a, (a + b) / 2
@@ -542,7 +542,7 @@ class Synopsis:
         cut = cut[cut > 0]
         if info.discrete or not 0 < len(cut) <= MAX_EDGE_TERMS:
             return []
-        lower, upper = info.edges, info.uppers()
+        lower, upper = info.spread()
         v, sb, gi = self.s_vals[:, u], self._sample_bins()[:, u], self.s_gid
         out = []
         for b in cut:
@@ -691,10 +691,12 @@ def load(con: Connector, table: str) -> Synopsis:
                          f"reads version {FORMAT_VERSION}; rebuild it (densitas build / Engine.build).")
     sid = meta["id"]
     col_dicts = json.loads(meta["columns"])
-    edges = con.fetch_df(f"SELECT col, bin, lo FROM {SCHEMA}.edges_{sid} ORDER BY col, bin")
+    edges = con.fetch_df(f"SELECT col, bin, lo, vmin, vmax FROM {SCHEMA}.edges_{sid} ORDER BY col, bin")
     infos = []
     for j, d in enumerate(col_dicts):
-        infos.append(ColumnInfo.from_dict(d, edges.loc[edges["col"] == j, "lo"].to_numpy(dtype=np.float64)))
+        e = edges.loc[edges["col"] == j]
+        infos.append(ColumnInfo.from_dict(d, *(e[c].to_numpy(dtype=np.float64, na_value=np.nan)
+                                               for c in ("lo", "vmin", "vmax"))))
     if len(infos) == 0:
         raise InputError(f"synopsis of {table!r} has no columns")
     groups = con.fetch_df(f"SELECT * FROM {SCHEMA}.groups_{sid} ORDER BY gid").drop(columns="gid")
