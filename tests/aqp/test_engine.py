@@ -313,3 +313,20 @@ def test_point_mass_at_a_cap_is_cut_exactly(mem_engine):
         e = _exact(mem_engine, sql, "v")
         assert float(df["v"].iloc[0]) == pytest.approx(e, rel=1e-6), sql
         assert df["v_ci_low"].iloc[0] - 1e-6 * abs(e) <= e <= df["v_ci_high"].iloc[0] + 1e-6 * abs(e), sql
+
+
+def test_max_sample_rows_caps_the_sample(mem_engine):
+    """The sample stops at ``max_sample_rows`` however large the budget (a query reads every sample row);
+    a value that is no count is refused naming the parameter."""
+    import json
+
+    con = mem_engine.con
+    con.execute("CREATE TABLE t AS SELECT (hash(i) % 100000)::DOUBLE AS x FROM range(50000) r(i)")
+    big = mem_engine.build("t", budget_bytes=20_000_000)
+    capped = mem_engine.build("t", budget_bytes=20_000_000, max_sample_rows=1000)
+    assert json.loads(big["options"])["sample_size"] > 1000
+    assert json.loads(capped["options"])["sample_size"] == 1000
+    assert con.fetch_rows("SELECT count(*) FROM densitas.sample_" + capped["id"])[0][0] == 1000
+    for bad in (5, 2.5, True):
+        with pytest.raises(InputError, match="max_sample_rows"):
+            mem_engine.build("t", max_sample_rows=bad)

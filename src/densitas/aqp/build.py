@@ -53,7 +53,10 @@ class BuildOptions:
     max_bins: int = 4096  # most bins of a column (its distinct values when it has no more)
     max_pair_res: int = 256  # finest resolution of a pair grid, per dimension
     min_dependence: float = 0.002  # pairs whose probe dependence score is lower get no grid
-    sample_size: int | None = None  # None: from the budget
+    sample_size: int | None = None  # None: from the budget, at most max_sample_rows
+    # a query reads every sample row (the regression estimator), so its latency grows with the sample: beyond
+    # this many rows the budget's sample share is left unused and a query costs what it costs at TPC-H SF1
+    max_sample_rows: int = 32_768
     max_groups: int = 1000
     seed: int = 0
     bandwidth: str = "plugin"  # densitas.kde method for the KDE estimator's per-column bandwidths
@@ -77,6 +80,10 @@ class BuildOptions:
         if (len(self.shares) != 4 or any(not 0 <= x <= 1 for x in self.shares)
                 or not 0.99 <= sum(self.shares) <= 1.01):
             raise InputError(f"shares must be four fractions summing to 1, got {self.shares!r}.")
+        if isinstance(self.max_sample_rows, bool) or not isinstance(self.max_sample_rows, int) \
+                or self.max_sample_rows < 10:
+            raise InputError("The 'max_sample_rows' parameter of BuildOptions must be an integer >= 10. "
+                             f"Got {self.max_sample_rows!r} instead.")
         if self.sample_size is not None and (not isinstance(self.sample_size, int) or self.sample_size < 10):
             raise InputError(f"sample_size must be an integer >= 10, got {self.sample_size!r}.")
         if isinstance(self.max_groups, bool) or not isinstance(self.max_groups, int) \
@@ -380,7 +387,7 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
             con.insert_frame(pairs_t, frame)
             grid_list.append({"id": pi, "cols": list(pair), "res": list(res), "score": scores[pair]})
         used = _stored_bytes(con, marg_t, sums_t, pairs_t, edges_t, groups_t)
-        n_sample = opts.sample_size or int(max(2000, (budget - used) / (2 + 8 * k)))
+        n_sample = opts.sample_size or int(min(opts.max_sample_rows, max(2000, (budget - used) / (2 + 8 * k))))
         n_sample = min(n_sample, n_rows)
 
         # 6. the stratified sample: n_g proportional to the group's rows, at least min(N_g, 200)
