@@ -105,3 +105,20 @@ def test_mid_sized_groups_fit_the_model_prediction_and_an_intercept():
     b[1] += 1.0
     direct = N[0] * b[0] + totals[0, 0] * b[1] + N[0] / n[0] * (y - X @ b).sum()
     assert t.value[0, 0] == pytest.approx(direct, rel=1e-9), f"seed {SEED}"
+
+
+def test_round_off_term_gets_no_weight():
+    """A term whose sample values are round-off (every sampled row at the middle of a bin's position term,
+    say: ±1e-17) while its population total is not must get no weight: rescaled to unit size it once took a
+    weight of 1e14 and put the answer at 1e16. Elsewhere (another group) the same term is real and is used."""
+    rng = np.random.default_rng(SEED)
+    n, N = 300, 30_000
+    gid = np.repeat([0, 1], n)
+    m = np.ones(2 * n)  # the model's prediction: one per row (a count)
+    pos = np.where(gid == 0, rng.choice([-1.6e-17, 1.1e-17], 2 * n), rng.uniform(-0.5, 0.5, 2 * n))
+    y = 1.0 + 0.8 * np.where(gid == 1, pos, 0.0) + 0.1 * rng.normal(size=2 * n)
+    totals = np.array([[N, 250.0], [N, 40.0]])  # the term's population totals are not round-off in either
+    t = regression_totals(y[:, None], [Auxiliaries(np.stack([m, pos], axis=1), totals)], gid,
+                          np.array([N, N], dtype=float), np.array([n, n], dtype=float))
+    assert abs(t.value[0, 0] - y[gid == 0].mean() * N) < 0.02 * N, f"seed {SEED}"  # the plain expansion
+    assert t.value[1, 0] == pytest.approx(N + 0.8 * 40.0, rel=0.01), f"seed {SEED}"  # the term is used

@@ -194,6 +194,16 @@ def _fit(X: np.ndarray, y: np.ndarray, gid: np.ndarray, G: int, n: np.ndarray,
         xtx[ga[first]] = np.add.reduceat(Xa[:, :, None] * Xa[:, None, :], first, axis=0)
         xty[ga[first]] = np.add.reduceat(Xa * ya[:, None], first, axis=0)
     xtx[:, 0, 0] = n
+    # a term whose values among a group's rows are round-off next to its size elsewhere (a position term
+    # whose rows all sit at the middle of their bin, say) is no term there: rescaled, it would take any weight
+    size = np.abs(X).max(axis=0) if len(X) else np.ones(p)
+    d = np.einsum("gii->gi", xtx)
+    dead = d <= (1e-9 * size) ** 2
+    dead[:, 0] = False
+    if dead.any():
+        xtx[np.broadcast_to(dead[:, :, None], xtx.shape)] = 0.0
+        xtx[np.broadcast_to(dead[:, None, :], xtx.shape)] = 0.0
+        xty[dead] = 0.0
     # the minimum-norm least-squares solution (in units of each term's scale), group by group
     d = np.einsum("gii->gi", xtx)
     scale = np.where(d > 0, np.sqrt(np.where(d > 0, d, 1.0)), 1.0)

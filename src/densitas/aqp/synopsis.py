@@ -181,11 +181,14 @@ class Synopsis:
                 f[1:] += ok
             return np.minimum(f, 1.0)
         e, upper = info.spread()
+        point = _point_bins(info, e, upper)  # one value only: in the box or not, like a discrete bin
         width = np.where(upper > e, upper - e, 1.0)
         f = np.zeros(len(e) + 1)
         for lo, loi, hi, hii in ivals:
             L, U = _half_open(info, lo, loi, hi, hii)
-            f[1:] += np.clip(np.minimum(upper, U) - np.maximum(e, L), 0.0, None) / width
+            share = np.clip(np.minimum(upper, U) - np.maximum(e, L), 0.0, None) / width
+            at = ((e > lo) | ((e == lo) & loi)) & ((e < hi) | ((e == hi) & hii))
+            f[1:] += np.where(point, at, share)
         return np.minimum(f, 1.0)
 
     def _slope_var(self, j: int, ivals: list) -> np.ndarray:
@@ -545,9 +548,10 @@ class Synopsis:
         lower, upper = info.spread()
         v, sb, gi = self.s_vals[:, u], self._sample_bins()[:, u], self.s_gid
         out = []
+        point = _point_bins(info, lower, upper)
         for b in cut:
             lo, width = lower[b - 1], upper[b - 1] - lower[b - 1]
-            if not width > 0:
+            if point[b - 1] or not width > 0:
                 continue
             ratio = f[:, b] / ph[b]  # (G,): the model's prediction for the bin per unit of box share
             pos = np.where(sb == b, (np.nan_to_num(v) - lo) / width - 0.5, 0.0)
@@ -635,6 +639,14 @@ class Synopsis:
             return out
 
         return est, var_fn
+
+
+def _point_bins(info: ColumnInfo, lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
+    """Per bin, whether its rows all hold one value (a continuous column's bin narrower than a billionth of
+    its position): a within-bin position means nothing there."""
+    if info.step > 0:
+        return np.zeros(len(lower), dtype=bool)
+    return (upper - lower) <= 1e-9 * np.maximum(1.0, np.abs(lower))
 
 
 def _half_open(info: ColumnInfo, lo: float, loi: bool, hi: float, hii: bool) -> tuple[float, float]:
