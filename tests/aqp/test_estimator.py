@@ -122,3 +122,20 @@ def test_round_off_term_gets_no_weight():
                           np.array([N, N], dtype=float), np.array([n, n], dtype=float))
     assert abs(t.value[0, 0] - y[gid == 0].mean() * N) < 0.02 * N, f"seed {SEED}"  # the plain expansion
     assert t.value[1, 0] == pytest.approx(N + 0.8 * 40.0, rel=0.01), f"seed {SEED}"  # the term is used
+
+
+def test_nearly_collinear_terms_do_not_extrapolate():
+    """Two terms equal among the sampled rows up to 3e-5 but apart elsewhere (rows the sample missed): the
+    direction between them is noise in the sample and must be dropped (√ε cut of the normal equations); kept
+    (cut at 1e-10), it took a weight in the hundreds and moved the answer by far more than its interval."""
+    rng = np.random.default_rng(SEED)
+    N, n = 20_000, 300
+    m = rng.uniform(0.5, 1.5, N)
+    z1 = m + 3e-5 * rng.normal(size=N)
+    z1[:1000] += 1.0  # apart where the sample did not look
+    y = m + 0.3 * rng.normal(size=N)
+    rows = rng.choice(np.arange(1000, N), n, replace=False)
+    z = np.stack([m, z1], axis=1)
+    t = _one_group(y, z, rows, N)
+    hw = 1.96 * np.sqrt(t.sampling_variance(np.array([0]), [0], [1.0])[0])
+    assert abs(t.value[0, 0] - y.sum()) < 3 * hw, f"seed {SEED}"
