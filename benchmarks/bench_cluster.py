@@ -12,12 +12,18 @@ One run, side by side, on the same data, the same initial centroids and the same
    k = 8, M = 2, d ∈ {8, 16, 64, 100}.
 4. ``--crossover``: whole iterations per centroid method over k and M — the measurement behind
    ``densitas.cluster.steps.DENSE_MAX_CLUSTERS`` (the rule ``"auto"`` uses).
+5. ``--iteration`` (CUDA): issue 12's GPU row — N = 1,025,010 (the poker data's size in document 004), d = 10,
+   k = 10, GFKM (M = 2) and classic FCM (M = k), q = 2, float32: the fused pass alone (CUDA events, median),
+   100 updates of ``cluster_fused_iterations``, whole ``FuzzyKMeans`` fits of 1 and 100 iterations (tol = 0)
+   and a dense PyTorch FCM; the pass's bytes (X read once) over its time against the copy ceiling measured in
+   the same run.
 
 Usage::
 
     python benchmarks/bench_cluster.py            # n = 500,000, d = 10, c = 5 (issue 12's CPU row), 20 iterations
     python benchmarks/bench_cluster.py --small    # n = 50,000
     python benchmarks/bench_cluster.py --crossover [--small]
+    python benchmarks/bench_cluster.py --iteration           # CUDA only
 
 Timings are medians of ``--repeats`` runs (CUDA: synchronised wall time of the whole fit).
 """
@@ -231,10 +237,77 @@ def crossover(small: bool, repeats: int, device: str, seed: int) -> None:
               + f"   {best:8s} {choose_method(n, d, k, M, dev)}", flush=True)
 
 
+def _cuda_ms(fn, repeats: int = 20) -> float:
+    """Median milliseconds of ``fn()`` on the GPU (CUDA events, after two warm-up calls)."""
+    fn()
+    fn()
+    ts = []
+    for _ in range(repeats):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        torch.cuda.synchronize()
+        ts.append(a.elapsed_time(b))
+    return statistics.median(ts)
+
+
+def _ceilings(repeats: int) -> tuple[float, float]:
+    """GB/s of a device-to-device copy (read + written) and of torch.sum (read) on 4 GiB of float32."""
+    big = torch.empty(1 << 30, dtype=torch.float32, device="cuda")
+    copy_ms = _cuda_ms(lambda: big.clone(), repeats)
+    sum_ms = _cuda_ms(lambda: big.sum(), repeats)
+    return 2 * big.numel() * 4 / copy_ms / 1e6, big.numel() * 4 / sum_ms / 1e6
+
+
+def iteration_gpu(n: int, repeats: int, seed: int, check: bool = True) -> None:
+    from densitas.cluster import _torch as ref
+    from densitas.cluster import _triton as fused
+
+    d, k = 10, 10
+    dev = "cuda"
+    X0, C0 = make_data(n, d, k, seed)
+    X = torch.as_tensor(X0, dtype=torch.float32, device=dev)
+    C = torch.as_tensor(C0, dtype=torch.float64, device=dev)
+    copy_bw, read_bw = _ceilings(repeats)
+    print(f"\n5. One iteration on {torch.cuda.get_device_name()}: N = {n:,}, d = {d}, k = {k}, q = 2, float32 "
+          f"(ceilings measured now: copy {copy_bw:,.0f} GB/s read + written, torch.sum {read_bw:,.0f} GB/s read)")
+    x_bytes = n * d * 4
+    for M in (2, k):
+        name = "GFKM M = 2" if M == 2 else f"classic FCM M = {k}"
+        pass_ms = _cuda_ms(lambda M=M: fused.fused_pass(X, C, M, 2.0), repeats)
+        it_ms = _cuda_ms(lambda M=M: fused.fused_iterations(X, C, M, 2.0, 100), max(3, repeats // 4)) / 100
+
+        def fit(p, M=M):
+            return FuzzyKMeans(k, n_nearest=M, fuzzifier=2.0, init=C0, max_iter=p, tol=0, device=dev).fit(X)
+
+        t1, _ = timed(lambda: fit(1), repeats, dev)
+        t100, f = timed(lambda: fit(100), max(3, repeats // 4), dev)
+        print(f"  {name}: fused pass {pass_ms * 1e3:7.1f} µs ({x_bytes / pass_ms / 1e6:,.0f} GB/s over the "
+              f"{x_bytes / 1e6:.0f} MB of X: {x_bytes / pass_ms / 1e6 / read_bw:.0%} of the read ceiling); "
+              f"update in a batch of 100 {it_ms * 1e3:7.1f} µs; FuzzyKMeans fit: 1 iteration {t1 * 1e3:7.2f} ms, "
+              f"100 iterations {t100 * 1e3:7.2f} ms ({f.centroid_update_}, n_iter_ = {f.n_iter_})", flush=True)
+        if check:
+            Cs_r, J_r, _, _ = ref.fused_iterations(X.double(), C, M, 2.0, 5)
+            Cs_f, J_f, _, _ = fused.fused_iterations(X, C, M, 2.0, 5)
+            err = float((Cs_f - Cs_r).abs().max() / Cs_r.abs().max())
+            jerr = float((J_f - J_r).abs().max() / J_r.abs().max())
+            print(f"    5 updates vs the float64 reference: max centroid difference {err:.1e} (relative to "
+                  f"max |C|), J {jerr:.1e}", flush=True)
+    Xd = X.double()
+    Cd = C.clone()
+    for dtype, Xt in (("float32", X), ("float64", Xd)):
+        t = _cuda_ms(lambda Xt=Xt: torch_dense_fcm(Xt, Cd.to(Xt.dtype), 2.0, 100), max(3, repeats // 4)) / 100
+        print(f"  dense PyTorch FCM (M = k), {dtype}: {t * 1e3:7.1f} µs per iteration (100 iterations)", flush=True)
+    Xf64_ms = _cuda_ms(lambda: fused.fused_pass(Xd, C, 2, 2.0), repeats)
+    print(f"  fused pass on float64 data, M = 2: {Xf64_ms * 1e3:7.1f} µs", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--small", action="store_true", help="n = 50,000 instead of 500,000 (and a smaller grid)")
     ap.add_argument("--crossover", action="store_true", help="only the centroid-method crossover sweep")
+    ap.add_argument("--iteration", action="store_true", help="only the fused GPU iteration at N = 1,025,010")
     ap.add_argument("--n", type=int, default=None)
     ap.add_argument("--d", type=int, default=10)
     ap.add_argument("--k", type=int, default=5)
@@ -247,6 +320,9 @@ def main() -> None:
           + (f" · {torch.cuda.get_device_name()}" if torch.cuda.is_available() else " · no CUDA device"))
     if args.crossover:
         crossover(args.small, args.repeats, args.device, args.seed)
+        return
+    if args.iteration:
+        iteration_gpu(args.n or 1_025_010, max(args.repeats, 20), args.seed)
         return
     n = args.n or (50_000 if args.small else 500_000)
     X, C0 = make_data(n, args.d, args.k, args.seed)

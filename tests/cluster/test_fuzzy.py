@@ -126,6 +126,7 @@ def test_gfkm_through_knn_tile_topk_equals_the_cpu_route(seeded, monkeypatch, ba
                 device="cpu")
     want = FuzzyKMeans(4, **args).fit(X)
     monkeypatch.setattr(fz, "CPU_DENSE_SELECT", False)
+    monkeypatch.setattr(fz, "FUSED", False)  # the knn_tile_topk route, not the fused pass (tests/cluster/test_fused.py)
     with use_backend(backend_name):
         got = FuzzyKMeans(4, **args).fit(X)
     np.testing.assert_allclose(got.cluster_centers_, want.cluster_centers_, rtol=1e-5, atol=1e-5)

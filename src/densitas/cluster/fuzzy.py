@@ -18,6 +18,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from densitas._backend.chunking import memory_budget as default_budget
 from densitas._backend.chunking import parse_bytes
 from densitas._backend.device import resolve_device
+from densitas._backend.dispatch import select
 from densitas.cluster._data import ChunkedData, TensorData, compute_dtype, is_streamed, open_data
 from densitas.cluster.steps import (
     _ALL_METHODS,
@@ -48,6 +49,13 @@ KMEANS_PP_MAX_ROWS = 1 << 18
 #: cache and reuse freed memory instead of page-faulting on fresh allocations (measured: 2.8× faster per
 #: iteration than one big chunk at n = 500,000, d = 10, k = 5).
 CPU_CHUNK_ELEMENTS = 1 << 19
+#: On CUDA (Triton selected) with the data on the device, k ≤ 64 and d ≤ 128, ``centroid_update="auto"`` runs
+#: each update as one fused kernel (``centroid_update_ = "fused"``); False keeps the chunked path everywhere.
+FUSED = True
+#: Updates of the first batch run on the device between two looks at the stopping test; each batch doubles, up
+#: to ``FUSED_MAX_BATCH`` (at most ``FUSED_MAX_BATCH − 1`` updates computed past the stopping point and discarded).
+FUSED_FIRST_BATCH = 4
+FUSED_MAX_BATCH = 32
 #: GFKM (M < k) on the CPU: every distance from one (k × rows) GEMM, then a top-k along it. False takes the CUDA
 #: route on the CPU too (the operation ``knn_tile_topk`` and exact distances; the tests use it to cover that path).
 CPU_DENSE_SELECT = True
@@ -294,12 +302,20 @@ class FuzzyKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixi
         runs = 1 if init_array is not None else int(self.n_init)
         seeds = rs.randint(np.iinfo(np.int32).max, size=runs)
         best = None
+        fused = _fused_ops(data, k, q) if self.centroid_update == "auto" else None
+        if fused is not None:
+            method = "fused"
         for seed in seeds:
             run_rs = np.random.RandomState(seed)
             C = init_array.to(dev) if init_array is not None else self._init_centers(data, k, run_rs)
-            geo = _Geometry(data, C.mean(0), rows, M == k)
-            C, history, n_iter = self._iterate(data, C, M, q, method, rows, geo, callback)
-            final = self._pass(data, C, M, q, method, rows, geo, sums=False, labels=compute_labels)
+            geo = _Geometry(data, C.mean(0), rows, M == k, cache_norms=fused is None)
+            if fused is not None:
+                C, history, n_iter = self._iterate_fused(data, C, M, q, rows, geo, callback, fused[0])
+                _sums, Jf, lab = fused[1](data.x, C, M, q, sums=False, labels=compute_labels)
+                final = _Pass(None, float(Jf), None if lab is None else lab.cpu().numpy())
+            else:
+                C, history, n_iter = self._iterate(data, C, M, q, method, rows, geo, callback)
+                final = self._pass(data, C, M, q, method, rows, geo, sums=False, labels=compute_labels)
             if best is None or final.objective < best[0]:
                 best = (final.objective, C, history, n_iter, final.labels)
         objective, C, history, n_iter, labels = best
@@ -369,32 +385,81 @@ class FuzzyKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixi
         sample = np.arange(n, dtype=np.int64) if n <= cap else np.sort(_distinct(rs, n, cap))
         return _kmeans_plusplus(data.take(sample), k, rs)
 
+    def _update(self, data: ChunkedData, C: torch.Tensor, M: int, q: float, method: str, rows: int,
+                geo: _Geometry) -> tuple[torch.Tensor, float, float, bool]:
+        """One centroid update on the chunked path: the new centroids (empty clusters relocated), the pass's
+        objective, the largest move and whether a cluster was relocated."""
+        d = data.n_features
+        p = self._pass(data, C, M, q, "dense" if method == "fused" else method, rows, geo, sums=True, labels=False)
+        tot = p.sums[:, d]
+        new = torch.where(tot[:, None] > 0, p.sums[:, :d] / torch.where(tot > 0, tot, 1.0)[:, None], C)
+        empty = torch.nonzero(tot <= 0).squeeze(1).tolist()
+        relocated = False
+        if empty:
+            far = _farthest(data, C, M, geo, rows, len(empty))
+            for j, row in zip(empty, far, strict=False):
+                new[j] = row
+                relocated = True
+        move = float(torch.linalg.vector_norm(new - C, dim=1).max())
+        return new, p.objective, move, relocated
+
     def _iterate(self, data: ChunkedData, C: torch.Tensor, M: int, q: float, method: str, rows: int,
                  geo: _Geometry, callback: Callable[[int, float, float], None] | None
                  ) -> tuple[torch.Tensor, list[float], int]:
         history: list[float] = []
-        d = data.n_features
         n_iter = 0
         for it in range(int(self.max_iter)):
-            p = self._pass(data, C, M, q, method, rows, geo, sums=True, labels=False)
-            history.append(p.objective)
-            tot = p.sums[:, d]
-            new = torch.where(tot[:, None] > 0, p.sums[:, :d] / torch.where(tot > 0, tot, 1.0)[:, None], C)
-            empty = torch.nonzero(tot <= 0).squeeze(1).tolist()
-            relocated = False
-            if empty:
-                far = _farthest(data, C, M, geo, rows, len(empty))
-                for j, row in zip(empty, far, strict=False):
-                    new[j] = row
-                    relocated = True
-            move = float(torch.linalg.vector_norm(new - C, dim=1).max())
-            C = new
+            C, objective, move, relocated = self._update(data, C, M, q, method, rows, geo)
+            history.append(objective)
             n_iter = it + 1
             if callback is not None:
-                callback(n_iter, p.objective, move)
+                callback(n_iter, objective, move)
             if not relocated and move < float(self.tol):
                 break
         return C, history, n_iter
+
+    def _iterate_fused(self, data: TensorData, C: torch.Tensor, M: int, q: float, rows: int, geo: _Geometry,
+                       callback: Callable[[int, float, float], None] | None, op: Callable
+                       ) -> tuple[torch.Tensor, list[float], int]:
+        """The same updates as :meth:`_iterate`, in batches run on the device with no host synchronisation
+        inside a batch (operation ``cluster_fused_iterations``): after each batch one read-back of its
+        objectives, moves and empty-cluster counts finds the first update that meets the stopping test; the
+        result is that update's centroids, so the stopping rule, ``n_iter_`` and ``objective_`` are those of the
+        update-by-update loop (the later updates of the batch are discarded). An update that left a cluster
+        empty is redone on the chunked path, which relocates it. Batches grow from
+        :data:`FUSED_FIRST_BATCH` to :data:`FUSED_MAX_BATCH` updates; the callback runs after each batch, once
+        per update, with the same values."""
+        history: list[float] = []
+        tol = float(self.tol)
+        max_iter = int(self.max_iter)
+        it = 0
+        batch = FUSED_FIRST_BATCH
+        X = data.x
+        while it < max_iter:
+            steps = min(batch, max_iter - it)
+            batch = min(2 * batch, FUSED_MAX_BATCH)
+            Cs, J, move, empty = op(X, C, M, q, steps)
+            J_, move_, empty_ = J.tolist(), move.tolist(), empty.tolist()  # the batch's one synchronisation
+            for s in range(steps):
+                if empty_[s]:  # redo this update with the relocation rule, then start a new batch from it
+                    new, objective, mv, relocated = self._update(data, Cs[s], M, q, "fused", rows, geo)
+                    history.append(objective)
+                    it += 1
+                    if callback is not None:
+                        callback(it, objective, mv)
+                    if not relocated and mv < tol:
+                        return new, history, it
+                    C = new
+                    break
+                history.append(J_[s])
+                it += 1
+                if callback is not None:
+                    callback(it, J_[s], move_[s])
+                if move_[s] < tol:
+                    return Cs[s + 1], history, it
+            else:
+                C = Cs[steps]
+        return C, history, it
 
     def _pass(self, data: ChunkedData, C: torch.Tensor, M: int, q: float, method: str, rows: int, geo: _Geometry,
               *, sums: bool, labels: bool) -> _Pass:
@@ -589,6 +654,22 @@ class FuzzyKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixi
 # ------------------------------------------------------------------------------------------- helpers
 
 
+def _fused_ops(data: ChunkedData, k: int, q: float) -> tuple[Callable, Callable] | None:
+    """The fused iteration and pass (operations ``cluster_fused_iterations`` and ``cluster_fused_pass``) when
+    their Triton implementations are selected for the data's device (CUDA, or forced under the interpreter) and
+    apply: rows held on the device in their compute dtype, k and d within the kernel's limits."""
+    if not FUSED or not isinstance(data, TensorData) or data.x.device != data.device or data.x.dtype != data.dtype:
+        return None
+    backend, iterations = select("cluster_fused_iterations", data.device)
+    if backend != "triton":
+        return None
+    from densitas.cluster._triton import fused_applies  # a Triton implementation was selected: Triton is there
+
+    if not fused_applies(data.x, k, q):
+        return None
+    return iterations, select("cluster_fused_pass", data.device)[1]
+
+
 def _chunked(x: torch.Tensor, C: torch.Tensor, M: int, budget: int | None) -> tuple[torch.Tensor, torch.Tensor]:
     """``nearest_centroids`` over the rows of ``x`` in chunks that fit the budget."""
     k, d = C.shape
@@ -615,15 +696,16 @@ def _from_numpy(a: np.ndarray) -> torch.Tensor:
 
 class _Geometry:
     """The fixed shift ``s`` of one fit (the initial centroids' mean) and, for data held in memory, the cached
-    ``‖x − s‖²`` of every row (one float per row), so the classic path's GEMM needs no centred copy of X."""
+    ``‖x − s‖²`` of every row (one float per row), so the classic path's GEMM needs no centred copy of X
+    (``cache_norms=False``: computed chunk by chunk when needed, as for streamed data)."""
 
-    def __init__(self, data: ChunkedData, shift: torch.Tensor, rows: int, full: bool):
+    def __init__(self, data: ChunkedData, shift: torch.Tensor, rows: int, full: bool, cache_norms: bool = True):
         self.shift = shift.to(data.device)
         self._norms = None
         # M < k on the CPU: every distance from the (k, rows) GEMM, then a selection (the GEMM + top-k of
         # densitas.neighbors' PyTorch path in a layout that vectorises); on CUDA the fused top-k kernel
         self.dense_select = data.device.type == "cpu" and CPU_DENSE_SELECT
-        if (full or self.dense_select) and isinstance(data, TensorData):
+        if cache_norms and (full or self.dense_select) and isinstance(data, TensorData):
             self._norms = torch.cat([sq_norms(x, self.shift) for _, x in data.blocks(rows)])
 
     def norms(self, off: int, x: torch.Tensor) -> torch.Tensor | None:
