@@ -24,6 +24,7 @@ Usage::
     python benchmarks/bench_cluster.py --small    # n = 50,000
     python benchmarks/bench_cluster.py --crossover [--small]
     python benchmarks/bench_cluster.py --iteration           # CUDA only
+    python benchmarks/bench_cluster.py --classic [--repeats 5]  # section 1 only
 
 Timings are medians of ``--repeats`` runs (CUDA: synchronised wall time of the whole fit).
 """
@@ -308,6 +309,7 @@ def main() -> None:
     ap.add_argument("--small", action="store_true", help="n = 50,000 instead of 500,000 (and a smaller grid)")
     ap.add_argument("--crossover", action="store_true", help="only the centroid-method crossover sweep")
     ap.add_argument("--iteration", action="store_true", help="only the fused GPU iteration at N = 1,025,010")
+    ap.add_argument("--classic", action="store_true", help="only section 1 (classic FCM beside the peers)")
     ap.add_argument("--n", type=int, default=None)
     ap.add_argument("--d", type=int, default=10)
     ap.add_argument("--k", type=int, default=5)
@@ -327,6 +329,8 @@ def main() -> None:
     n = args.n or (50_000 if args.small else 500_000)
     X, C0 = make_data(n, args.d, args.k, args.seed)
     classic(X, C0, args.iters, args.repeats, args.device)
+    if args.classic:
+        return
     gfkm(X, C0, args.iters, args.repeats, args.device)
     step_grid(args.small, args.repeats, args.device, args.seed)
 
