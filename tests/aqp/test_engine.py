@@ -347,3 +347,39 @@ def test_whole_number_doubles_with_one_value_bins_stay_finite(mem_engine):
         e = _exact(mem_engine, sql, "v")
         assert float(df["v"].iloc[0]) == pytest.approx(e, rel=0.05), sql
         assert df["v_ci_low"].iloc[0] <= e * (1 + 1e-9) and e * (1 - 1e-9) <= df["v_ci_high"].iloc[0], sql
+
+
+def test_a_synopsis_above_its_budget_says_why(mem_engine):
+    """Small tables get the minimum budget, many groups the sample's per-group floor: the build says which
+    (``meta["size_note"]``); within the budget it says nothing."""
+    con = mem_engine.con
+    con.execute("CREATE TABLE t AS SELECT (hash(i) % 1000)::DOUBLE AS x, (hash(i, 2) % 1000)::DOUBLE AS y, "
+                "(hash(i, 3) % 1000)::DOUBLE AS z, (i % 500)::INTEGER AS g FROM range(150000) r(i)")
+    small = mem_engine.build("t", ["x"])
+    assert "min_budget_bytes" in small["size_note"]
+    many = mem_engine.build("t", ["x", "y", "z"], ["g"])
+    assert many["size_bytes"] > many["table_bytes"] * 0.01
+    assert "500 groups" in many["size_note"]
+    assert "size_note" not in mem_engine.build("t", ["x"], budget_bytes=300_000)
+
+
+def test_large_tables_take_quantile_edges_from_a_seeded_sample(mem_engine, monkeypatch):
+    """Above QUANTILE_SAMPLE_ROWS rows the quantile edges come from a hash sample of the rows: the histograms
+    stay exact (discrete columns too), and the same seed builds the same synopsis."""
+    monkeypatch.setattr(build_mod, "QUANTILE_SAMPLE_ROWS", 3000)
+    con = mem_engine.con
+    con.execute("CREATE TABLE t AS SELECT (hash(i) % 100000)::DOUBLE / 10 AS x, (hash(i, 2) % 5)::INTEGER AS k "
+                "FROM range(60000) r(i)")
+    mem_engine.build("t", seed=3)
+    syn = mem_engine._load("t")
+    assert syn.infos[1].discrete and syn.infos[0].bins > 16
+    assert syn.infos[0].edges[0] == con.fetch_rows("SELECT min(x) FROM t")[0][0]
+    first = [mem_engine.query(q) for q in ("SELECT COUNT(*) AS v FROM t WHERE k BETWEEN 1 AND 3",
+                                          "SELECT SUM(x) AS v FROM t WHERE x < 2500 AND k = 4")]
+    assert float(first[0]["v"].iloc[0]) == _exact(mem_engine, "SELECT COUNT(*) AS v FROM t WHERE k BETWEEN 1 AND 3",
+                                                  "v")
+    mem_engine.build("t", seed=3)
+    again = [mem_engine.query(q) for q in ("SELECT COUNT(*) AS v FROM t WHERE k BETWEEN 1 AND 3",
+                                          "SELECT SUM(x) AS v FROM t WHERE x < 2500 AND k = 4")]
+    for a, b in zip(first, again, strict=True):
+        pd.testing.assert_frame_equal(a, b)
