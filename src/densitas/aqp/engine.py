@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Sequence
@@ -30,6 +31,34 @@ METHODS = ("grid", "kde")
 MAX_ROWS = 100_000  # default bound on the rows of an exact answer
 SYNOPSES_COLUMNS = ["table_name", "rows", "size_bytes", "table_bytes", "build_seconds", "created_at", "columns",
                     "group_by"]
+
+
+def size_note(meta: dict, options: build_mod.BuildOptions) -> str | None:
+    """Why a synopsis is larger than ``budget_fraction`` of its table, or None when it is not.
+
+    Two floors can exceed the fraction on small tables: the minimum budget (``min_budget_bytes``, 256 kB by
+    default) and the sample's floor of ``min(N_g, 200)`` rows per group, which many groups multiply.
+
+    Examples
+    --------
+    >>> from densitas.aqp.build import BuildOptions
+    >>> meta = {"size_bytes": 262_000, "table_bytes": 2_000_000, "options": '{"budget_bytes": 262144}',
+    ...         "groups": 4}
+    >>> print(size_note(meta, BuildOptions()))  # doctest: +NORMALIZE_WHITESPACE
+    the synopsis is 13.1% of the table's 2.0 MB, above the 1.0% budget: the table is small and every synopsis
+    gets at least min_budget_bytes = 262,144 bytes
+    """
+    size, table_bytes = int(meta["size_bytes"]), max(int(meta["table_bytes"]), 1)
+    if options.budget_bytes is not None or size <= options.budget_fraction * table_bytes * 1.001:
+        return None
+    budget = int(json.loads(meta.get("options") or "{}").get("budget_bytes", 0))
+    head = (f"the synopsis is {100 * size / table_bytes:.1f}% of the table's {table_bytes / 1e6:.1f} MB, above "
+            f"the {100 * options.budget_fraction:.1f}% budget: ")
+    if size > budget * 1.001:
+        return head + (f"the sample keeps at least min(rows, 200) rows in each of the {meta.get('groups', '?')} "
+                       f"groups, {size / 1e6:.2f} MB against a budget of {budget / 1e6:.2f} MB (fewer group_by "
+                       "columns keep it within)")
+    return head + f"the table is small and every synopsis gets at least min_budget_bytes = {budget:,} bytes"
 
 
 class Engine:
@@ -94,6 +123,12 @@ class Engine:
             else:
                 meta = build_mod.build(self.con, table, columns, group_by, opts)
             self._cache.pop(table, None)
+        if "groups" not in meta:
+            groups_t = exp.table_(f"groups_{meta['id']}", db=build_mod.SCHEMA, quoted=True)
+            meta["groups"] = int(self.con.fetch_rows(exp.select("count(*)").from_(groups_t).sql("duckdb"))[0][0])
+        note = size_note(meta, opts)
+        if note:
+            meta["size_note"] = note
         return meta
 
     def synopses(self) -> pd.DataFrame:

@@ -60,6 +60,8 @@ def build(db: str, table: str, columns: str | None, group_by: str | None, **opti
     console.print(f"synopsis of [bold]{table}[/]: {meta['rows']:,} rows, {meta['size_bytes'] / 1e6:.2f} MB "
                   f"({100 * meta['size_bytes'] / max(meta['table_bytes'], 1):.2f}% of the table's "
                   f"{meta['table_bytes'] / 1e6:.1f} MB), built in {meta['build_seconds']:.1f} s")
+    if meta.get("size_note"):
+        console.print(f"[yellow]note:[/] {meta['size_note']}")
     return meta
 
 
