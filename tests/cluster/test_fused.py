@@ -13,7 +13,7 @@ from densitas._backend.dispatch import use_backend
 from densitas.cluster import FuzzyKMeans
 from densitas.cluster import _torch as ref
 
-from .conftest import direct_gfkm
+from .conftest import direct_gfkm, direct_memberships
 
 
 def _triton():
@@ -167,3 +167,25 @@ def test_fused_route_is_taken_only_where_it_applies(seeded):
     with use_backend("triton"):
         assert FuzzyKMeans(3, centroid_update="atomic", **kw).fit(X).centroid_update_ == "atomic"
     assert FuzzyKMeans(3, **kw).fit(X).centroid_update_ == "dense"  # the CPU keeps the chunked route
+
+
+@pytest.mark.parametrize("q", [2.0, 1.7])
+@pytest.mark.parametrize("layout", ["rows", "columns"])
+def test_classic_cpu_pass_equals_direct_fcm(seeded, monkeypatch, q, layout):
+    """The CPU's classic path (two GEMMs per chunk over the cached [x, 1, ‖x − s‖²]ᵀ) over several chunks, one
+    with zero distances (initial centroids on data points: the log-domain rule for that chunk), row-major or
+    not (the sums from the rows, or from the cached columns), against a direct float64 fuzzy c-means."""
+    import densitas.cluster.fuzzy as fz
+
+    monkeypatch.setattr(fz, "CPU_CLASSIC_ROWS", 16)
+    X, first = blobs(seeded, n_per=20, d=3, k=3)
+    C0 = X[first + 5]  # rows 5, 25, 45: zero distances in the first update
+    Xt = torch.as_tensor(X)
+    if layout == "columns":
+        Xt = Xt.T.contiguous().T
+    km = FuzzyKMeans(3, n_nearest=3, fuzzifier=q, init=C0, max_iter=4, tol=0, device="cpu").fit(Xt)
+    want = direct_gfkm(X, C0, 3, q, 4)
+    np.testing.assert_allclose(km.cluster_centers_, want[-1], rtol=1e-10, atol=1e-10)
+    J = [float((direct_memberships(((X[:, None] - c[None]) ** 2).sum(2), q) ** q
+                * ((X[:, None] - c[None]) ** 2).sum(2)).sum()) for c in [C0, *want[:-1]]]
+    np.testing.assert_allclose(km.objective_, J, rtol=1e-10)
