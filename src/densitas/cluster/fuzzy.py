@@ -108,10 +108,11 @@ class FuzzyKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixi
         Centroid updates at most.
     tol : float, default 1e-6
         Stop when every centroid moved less than ``tol`` (Euclidean) in an update. ``tol=0`` runs exactly
-        ``max_iter`` updates.
+        ``max_iter`` updates. (On the fused CUDA route the test is read back once per batch of updates, and the
+        result is the first update that met it: the same ``n_iter_``, ``objective_`` and centroids.)
     centroid_update : {"auto", "atomic", "counting_sort", "sort_by_key", "dense"}, default "auto"
         How the weighted sums are reduced (:func:`densitas.cluster.centroid_update`); all give the same
-        centroids to about 1e-12.
+        centroids to about 1e-12. ``"auto"`` on CUDA takes the fused kernel where it applies (Notes).
     device : "auto", "cpu", "cuda" or "cuda:N", default "auto"
     memory_budget : int or str, optional
         Working memory of a pass, e.g. ``"512MB"`` (default: :func:`densitas._backend.memory_budget`). The data
@@ -132,7 +133,8 @@ class FuzzyKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixi
     inertia_ : float
         ``J`` at the final centroids.
     centroid_update_ : str
-        The centroid method used (``"auto"`` resolved).
+        The centroid method used (``"auto"`` resolved): one of ``centroid_update``'s methods, or ``"fused"`` for
+        the fused CUDA kernel.
     n_features_in_ : int
     feature_names_in_ : ndarray of str
         With DataFrame or file input.
@@ -143,6 +145,15 @@ class FuzzyKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixi
     farthest from its nearest centroid (the next farthest for a second empty cluster, and so on; points at
     distance 0 are never taken) — found during the same pass, so no extra pass is needed. If no such point
     exists, the centroid stays.
+
+    **CUDA.** With ``centroid_update="auto"``, data held on the GPU (arrays and tensors that fit half the memory
+    budget are moved there once), k ≤ 64, d ≤ 128 and float32 data (float64 with q = 2), each update is one
+    fused Triton kernel (operation ``cluster_fused_pass``: every distance by differences in registers, the M
+    nearest, memberships, ``u^q``, the objective and per-program partial sums added atomically in float64) and a
+    one-program finalize; updates run in batches of 4, 8, 16, then 32 with no host synchronisation inside a
+    batch (operation ``cluster_fused_iterations``), and the callback of the command-line progress bar is called
+    after each batch; an update that leaves a cluster empty is redone on the chunked path (relocation below).
+    Elsewhere the chunked path runs.
 
     **Cost.** Each iteration is one pass over the data: O(N·k·d) for the distances (a GEMM, or the fused
     distance + top-k kernel of :mod:`densitas.neighbors` on CUDA), O(N·M·d) for the memberships and sums.

@@ -15,8 +15,9 @@ An iteration over the data (in chunks, each chunk independently — the sums are
 
 Every heavy operation goes through :func:`densitas._backend.dispatch.select`: ``knn_tile_topk``,
 ``histogram``, ``scan``, ``argsort``, ``reduce_by_key`` (the primitives) and ``cluster_counting_scatter``
-(this package's only kernel, :mod:`densitas.cluster._triton`). Sums are accumulated in float64 whatever the
-data's precision.
+(:mod:`densitas.cluster._triton`). On CUDA, :class:`~densitas.cluster.FuzzyKMeans` runs a whole pass as one
+kernel instead (operations ``cluster_fused_pass`` and ``cluster_fused_iterations``). Sums are accumulated in
+float64 whatever the data's precision.
 """
 
 from __future__ import annotations
