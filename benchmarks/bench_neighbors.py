@@ -3,6 +3,8 @@
     PYTHONPATH=src python benchmarks/bench_neighbors.py --device cpu           # 20k × 200k, d = 64, k = 10
     PYTHONPATH=src python benchmarks/bench_neighbors.py --device cpu --small   # 2k × 20k: a quick run
     PYTHONPATH=src python benchmarks/bench_neighbors.py                        # + GPU rows when CUDA is present
+    PYTHONPATH=src python benchmarks/bench_neighbors.py --device cuda --stream 1e7,1e8 --gpu-only --no-in-memory
+                                               # host-resident references streamed, beside the transfer floor
 
 CPU rows: densitas (float32 GEMM tiles + partial selection, float64 re-rank, certified exact) against
 scikit-learn's brute force (float64, ``NearestNeighbors(algorithm="brute")``) and faiss-cpu's exact
@@ -15,6 +17,7 @@ neighbour list equals densitas' (tie-aware sets). Figures are printed, not recor
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import time
@@ -174,6 +177,124 @@ class _Rows(list):
               f"agree {row['agree']:.4f}", file=sys.stderr, flush=True)
 
 
+def _pinned_references(n: int, d: int, seed: int, dev: torch.device) -> torch.Tensor:
+    """n × d float32 normal rows in pinned host memory, generated on the GPU in chunks with a fixed seed."""
+    X = torch.empty((n, d), dtype=torch.float32, pin_memory=True)
+    g = torch.Generator(device=dev).manual_seed(seed)
+    step = 1 << 22
+    for s in range(0, n, step):
+        e = min(s + step, n)
+        X[s:e].copy_(torch.randn(e - s, d, device=dev, generator=g), non_blocking=True)
+    torch.cuda.synchronize(dev)
+    return X
+
+
+def _brute_check(X: torch.Tensor, Y: torch.Tensor, k: int, idx: torch.Tensor, n_check: int,
+                 dev: torch.device) -> float:
+    """Share of n_check random queries whose list equals a float64 brute force (GEMM expansion in float64)
+    over the host rows copied in plain chunks (no densitas code)."""
+    sel = torch.randperm(len(Y), device=dev)[:n_check]
+    q = Y[sel].double()
+    qn = (q * q).sum(1, keepdim=True)
+    best_d = torch.empty((n_check, 0), dtype=torch.float64, device=dev)
+    best_i = torch.empty((n_check, 0), dtype=torch.int64, device=dev)
+    step = 1 << 21
+    for s in range(0, len(X), step):
+        x = X[s:s + step].to(dev, non_blocking=True).double()
+        dist = qn + (x * x).sum(1)[None, :] - 2.0 * q @ x.T
+        ids = torch.arange(s, s + len(x), device=dev).expand(n_check, -1)
+        cd, ci = torch.cat([best_d, dist], 1), torch.cat([best_i, ids], 1)
+        o = torch.argsort(cd, dim=1, stable=True)[:, :k]
+        best_d, best_i = cd.gather(1, o), ci.gather(1, o)
+    return float((best_i == torch.as_tensor(idx, device=dev)[sel]).all(1).double().mean())
+
+
+def stream_rows(reps: int, seed: int, sizes: list[int], m: int = 10_000, d: int = 64, k: int = 10) -> list[dict]:
+    """Host-resident references (pinned memory, generated in chunks with a fixed seed) streamed through the GPU:
+    ``kneighbors`` beside the host→device transfer floor — the same bytes copied from pinned memory with the
+    same chunking and double buffering and no compute, and plain ``torch`` copy bandwidth (one 1 GiB copy from
+    pinned memory) — and the same search with the references already on the device (the compute alone)."""
+    from densitas.neighbors.stream import HostChunks, StreamStats, stream_kneighbors, transfer_floor
+
+    dev = resolve_device("cuda")
+    rows = _Rows()
+    g = torch.Generator(device=dev).manual_seed(seed + 1)
+    Y = torch.randn(m, d, device=dev, generator=g)
+    # plain torch.cuda copy bandwidth from pinned memory: one 1 GiB copy, best of 5
+    h = torch.empty((1 << 28,), dtype=torch.float32, pin_memory=True)
+    buf = torch.empty_like(h, device=dev)
+    best = math.inf
+    for _ in range(5):
+        torch.cuda.synchronize(dev)
+        t0 = time.perf_counter()
+        buf.copy_(h, non_blocking=True)
+        torch.cuda.synchronize(dev)
+        best = min(best, time.perf_counter() - t0)
+    bw = h.numel() * 4 / best
+    del h, buf
+    print(f"  plain pinned → device copy: {bw / 1e9:.1f} GB/s", file=sys.stderr, flush=True)
+    for n in sizes:
+        t_gen = time.perf_counter()
+        X = _pinned_references(n, d, seed + n, dev)
+        print(f"  generated {n:,} × {d} pinned in {time.perf_counter() - t_gen:.1f} s", file=sys.stderr, flush=True)
+        stats = StreamStats()
+        t, (dist, idx) = timed(lambda X=X, st=stats: stream_kneighbors(Y, HostChunks(X), k, device=dev, stats=st),
+                               dev, reps)
+        floor = transfer_floor(HostChunks(X), stats.chunk_rows, dev)
+        floor = min(floor, transfer_floor(HostChunks(X), stats.chunk_rows, dev))
+        plain = n * d * 4 / bw
+        ok = _brute_check(X, Y, k, idx, 256 if n <= 10**7 else 32, dev)
+        case = f"host {n:,} × {d} ({n * d * 4 / 1e9:.1f} GB) × {m:,} queries, k={k}"
+        rows.append({"case": case, "impl": f"densitas streamed ({stats.chunks} chunks of {stats.chunk_rows:,}, "
+                     f"{stats.fallback_queries} fallback)", "s": t, "ratio": t / floor, "agree": ok})
+        rows.append({"case": "", "impl": "transfer floor: same chunks pinned → device, no compute", "s": floor,
+                     "ratio": 1.0, "agree": float("nan")})
+        rows.append({"case": "", "impl": f"plain torch copy at {bw / 1e9:.1f} GB/s", "s": plain,
+                     "ratio": plain / floor, "agree": float("nan")})
+        t_k, (d_k, i_k) = timed(lambda X=X: kneighbors(X, Y, k), dev, 0)  # the routed API (cold: one run)
+        same = bool(torch.equal(i_k, idx)) and bool(torch.equal(d_k, dist))
+        rows.append({"case": "", "impl": f"kneighbors(pinned host tensor) — same result: {same}", "s": t_k,
+                     "ratio": t_k / floor, "agree": float("nan")})
+        if n <= 10**7:
+            Xd = X.to(dev)
+            t_d, (_d_d, i_d) = timed(lambda Xd=Xd: kneighbors(Xd, Y, k), dev, reps)
+            rows.append({"case": "", "impl": "kneighbors, references already on the device (compute alone) — "
+                         f"same: {bool(torch.equal(i_d, idx))}", "s": t_d, "ratio": t_d / floor,
+                         "agree": float("nan")})
+            del Xd
+            Xp = X.numpy().copy()  # pageable host memory: staged through the pinned buffers
+            t_p, (_, i_p) = timed(lambda Xp=Xp: kneighbors(Xp, Y, k), dev, reps)
+            rows.append({"case": "", "impl": "kneighbors(pageable NumPy array; pinned staging) — same: "
+                         f"{bool(torch.equal(i_p, idx))}", "s": t_p, "ratio": t_p / floor, "agree": float("nan")})
+            del Xp
+        del X
+        torch.cuda.empty_cache()
+    return rows
+
+
+def block_sweep_rows(reps: int, seed: int) -> list[dict]:
+    """The fused kernel's candidates over queries and references per tile at the streamed search's chunk
+    (10,000 queries × 2,097,152 references, d = 64, kp = 32)."""
+    from densitas.neighbors import _triton as fused
+
+    dev = resolve_device("cuda")
+    g = torch.Generator(device=dev).manual_seed(seed)
+    X = torch.randn(1 << 21, 64, device=dev, generator=g)
+    Y = torch.randn(10_000, 64, device=dev, generator=g)
+    rows = _Rows()
+    for bm, bn, warps, stages in [(64, 64, 4, 3), (64, 128, 4, 3), (64, 128, 8, 3), (128, 64, 8, 3),
+                                  (128, 128, 8, 2), (64, 256, 8, 2), (32, 128, 4, 3), (128, 64, 4, 3)]:
+        try:
+            t, _ = timed(lambda bm=bm, bn=bn, w=warps, st=stages: fused.candidates(
+                Y, X, 32, block_m=bm, block_n=bn, num_warps=w, num_stages=st), dev, reps)
+        except Exception as exc:
+            print(f"  {bm}/{bn}/{warps}/{stages}: {type(exc).__name__}", file=sys.stderr)
+            continue
+        rows.append({"case": "block sweep 10k × 2M, d=64, kp=32", "impl": f"BM={bm} BN={bn} warps={warps} "
+                     f"stages={stages}", "s": t, "ratio": float("nan"), "agree": float("nan")})
+    return rows
+
+
 def sweep_rows(reps: int, seed: int) -> list[dict]:
     """The fused kernel's candidate pass alone over its launch settings (queries per block, warps, pipeline
     stages) at the issue's two sizes: how the defaults of densitas.neighbors._triton.candidates were chosen."""
@@ -222,13 +343,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--gpu-only", action="store_true", help="skip the CPU rows")
     ap.add_argument("--sweep", action="store_true", help="also sweep the fused kernel's launch settings (CUDA)")
+    ap.add_argument("--stream", default=None, help="host-resident reference sizes to stream, e.g. 1e7,1e8 (CUDA)")
+    ap.add_argument("--no-in-memory", action="store_true", help="skip the device-resident GPU rows")
+    ap.add_argument("--block-sweep", action="store_true", help="sweep queries/references per tile (CUDA)")
     args = ap.parse_args(argv)
     dev = resolve_device(args.device)
     reps = args.reps if args.reps is not None else (3 if args.small else 1)
     rows: list[dict] = []
     if dev.type == "cuda":
-        rows += gpu_rows(reps, args.seed, args.small)
-        rows += doc001_rows(reps, args.seed, args.small)
+        if args.stream:
+            rows += stream_rows(reps, args.seed, [int(float(v)) for v in args.stream.split(",")])
+        if args.block_sweep:
+            rows += block_sweep_rows(reps, args.seed)
+        if not args.no_in_memory:
+            rows += gpu_rows(reps, args.seed, args.small)
+            rows += doc001_rows(reps, args.seed, args.small)
         if args.sweep:
             rows += sweep_rows(reps, args.seed)
     if not args.gpu_only:

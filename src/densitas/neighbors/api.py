@@ -192,6 +192,66 @@ def _fused_mixed(X: torch.Tensor, Y: torch.Tensor, k: int, metric: str, nominal:
     return fused.mixed_kneighbors(Y, X, cols, k)
 
 
+def _host_rows(X: Any) -> torch.Tensor | None:
+    """``X`` as a float32 CPU tensor (a view, no copy) when it is a 2-D float32 ndarray or CPU tensor: a
+    host-resident reference set that the CUDA path streams. Else None."""
+    if isinstance(X, torch.Tensor):
+        t = X.detach()
+        return t if t.device.type == "cpu" and t.dtype == torch.float32 and t.ndim == 2 else None
+    if isinstance(X, np.ndarray) and X.dtype == np.float32 and X.ndim == 2:
+        return torch.from_numpy(X)
+    return None
+
+
+def _streamed(X: Any, Y: Any, k: int, metric: str, missing: str, dev: torch.device,
+              budget: int | None) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """A host-resident or file-backed float32 reference set on CUDA: streamed through the device in chunks
+    (pinned staging, copy of chunk i + 1 overlapping the fused kernel on chunk i, top-k merged on the device;
+    :func:`densitas.neighbors.stream.stream_kneighbors`), where it applies: (squared) Euclidean, numeric
+    columns, ``d`` and ``k`` within the kernel's limits, finite values. Else None: the general path (which
+    names a NaN's row and column, or skips it)."""
+    if dev.type != "cuda" or metric not in ("euclidean", "sqeuclidean"):
+        return None
+    backend, _ = select("knn_tile_topk", dev)
+    if backend != "triton":
+        return None
+    from densitas.neighbors import _triton as fused
+    from densitas.neighbors.stream import HostChunks, NonFiniteError, stream_kneighbors
+
+    rows = _host_rows(X)
+    if rows is not None:
+        src = HostChunks(rows)
+    elif isinstance(X, str) or hasattr(X, "to_arrow_reader") or type(X).__module__.startswith("pathlib") \
+            or hasattr(X, "fetch_arrow_reader"):
+        refs = build_references(X, get_metric(metric), None, missing)
+        if refs.source is None or refs.schema.nominal or refs.float_dtype != np.float32:
+            return None
+
+        def blocks(n_rows: int, refs=refs):
+            for off, enc in refs.blocks(n_rows, torch.device("cpu")):
+                yield off, enc.num
+
+        src = HostChunks(blocks=blocks, n_rows=refs.n_rows, width=refs.schema.n_columns)
+    else:
+        return None
+    if isinstance(Y, torch.Tensor):
+        Yt = Y.detach()
+    else:
+        try:
+            Yt = torch.as_tensor(np.asarray(Y))
+        except (TypeError, ValueError):
+            return None
+    if Yt.ndim != 2 or Yt.shape[1] != src.width or not Yt.is_floating_point():
+        return None
+    kk = check_k(k, src.n_rows)
+    if fused._pow2(kk + max(8, kk // 4)) > fused.MAX_KP or src.width > fused.MAX_D or src.width == 0:
+        return None
+    try:
+        return stream_kneighbors(Yt, src, kk, metric=metric, device=dev, memory_budget=budget)
+    except NonFiniteError:
+        return None
+
+
 def kneighbors(X: Any, Y: Any, k: int, *, metric: str = "euclidean", nominal: Any = None, missing: str = "raise",
                device: DeviceLike = "auto", memory_budget: int | str | None = None) -> tuple[Any, Any]:
     """The ``k`` nearest rows of ``X`` to every row of ``Y``, exactly, in bounded memory.
@@ -234,6 +294,11 @@ def kneighbors(X: Any, Y: Any, k: int, *, metric: str = "euclidean", nominal: An
 
     Notes
     -----
+    A float32 reference set in host memory (ndarray or CPU tensor) or in a file, searched on CUDA, is streamed
+    through the device in chunks: pinned staging buffers and a second CUDA stream overlap the copy of chunk
+    ``i + 1`` with the fused kernel on chunk ``i``, and the per-chunk candidates are merged on the device
+    (:func:`densitas.neighbors.stream.stream_kneighbors`).
+
     The result equals a float64 brute force (direct differences): the fast pass (a tiled GEMM and a
     partial selection, float32 for float32 data) keeps ``k + max(8, k/4)`` candidates per query and block,
     which are re-ranked in float64; a worst-case rounding bound certifies that nothing dropped could beat or tie
@@ -263,6 +328,10 @@ def kneighbors(X: Any, Y: Any, k: int, *, metric: str = "euclidean", nominal: An
             got = _fused(X.detach(), Y.detach(), kk, m_obj.name, dev, budget)
         if got is not None:
             return got
+    if nominal is None:
+        got = _streamed(X, Y, k, m_obj.name, missing, dev, budget)
+        if got is not None:
+            return got if isinstance(Y, torch.Tensor) else (got[0].cpu().numpy(), got[1].cpu().numpy())
     on_device = _device_inputs(X, Y, m_obj, nominal, missing, dev)
     if on_device is not None:
         refs, q = on_device
