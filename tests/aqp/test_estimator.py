@@ -139,3 +139,23 @@ def test_nearly_collinear_terms_do_not_extrapolate():
     t = _one_group(y, z, rows, N)
     hw = 1.96 * np.sqrt(t.sampling_variance(np.array([0]), [0], [1.0])[0])
     assert abs(t.value[0, 0] - y.sum()) < 3 * hw, f"seed {SEED}"
+
+
+def test_many_and_few_group_paths_agree(monkeypatch):
+    """The per-group matrix products (few groups) and the segmented reduction (many) give the same fit."""
+    import densitas.aqp.estimator as est
+
+    rng = np.random.default_rng(SEED)
+    G, n = 40, 4000
+    gid = np.sort(rng.integers(0, G, n))
+    z = rng.uniform(size=(n, 3)) * (rng.uniform(size=(n, 1)) < 0.6)
+    y = (z @ np.array([1.0, -2.0, 0.5]) + 0.2 * rng.normal(size=n)) * (z[:, 0] > 0)
+    totals = rng.uniform(50, 80, size=(G, 3))
+    N, nn = np.full(G, 1000.0), np.bincount(gid, minlength=G).astype(float)
+    args = (y[:, None], [Auxiliaries(z, totals)], gid, N, nn)
+    monkeypatch.setattr(est, "FEW_GROUPS", 0)
+    many = regression_totals(*args)
+    monkeypatch.setattr(est, "FEW_GROUPS", 10_000)
+    few = regression_totals(*args)
+    np.testing.assert_allclose(few.value, many.value, rtol=1e-10, err_msg=f"seed {SEED}")
+    np.testing.assert_allclose(few.residuals, many.residuals, rtol=1e-8, atol=1e-12, err_msg=f"seed {SEED}")

@@ -29,6 +29,7 @@ for any model.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,6 +41,8 @@ MIN_ROWS_PER_TERM = 10
 # residuals for the variance are leave-one-out residuals e/(1 − h) (the jackknife / HC3 form), h capped here
 LEAVE_ONE_OUT = True
 MAX_LEVERAGE = 0.9
+# up to this many groups with rows in the fit, the cross products are one matrix product per group
+FEW_GROUPS = 32
 # relative eigenvalue below which a direction of a group's fit is dropped: √(float64 ε), numerical, not fitted
 RCOND = float(np.sqrt(np.finfo(np.float64).eps))
 
@@ -164,7 +167,7 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
         beta[tiny] = 0.0
         lev[tiny[gid]] = 0.0
         beta[:, 1] += 1.0
-        e = y[:, k] - (X * beta[gid]).sum(axis=1)
+        e = y[:, k] - np.einsum("ij,ij->i", X, beta[gid])
         # for the variance, each residual as if its row had been left out of the fit (e/(1 − h), h its leverage):
         # a fit with many terms on few rows otherwise shrinks the residuals and the interval with them
         resid[:, k] = e / (1.0 - np.minimum(lev, MAX_LEVERAGE)) if LEAVE_ONE_OUT else e
@@ -191,8 +194,14 @@ def _fit(X: np.ndarray, y: np.ndarray, gid: np.ndarray, G: int, n: np.ndarray,
     Xa, ya = X[act], y[act]
     xtx = np.zeros((G, p, p))
     xty = np.zeros((G, p))
-    if len(ga):
-        first = np.flatnonzero(np.diff(ga, prepend=-1))  # where each non-empty group's rows start
+    first = np.flatnonzero(np.diff(ga, prepend=-1))  # where each non-empty group's rows start
+    few = len(first) <= FEW_GROUPS
+    if few:  # one matrix product per group (BLAS)
+        bounds = np.append(first, len(ga))
+        for a, b in itertools.pairwise(bounds):
+            xtx[ga[a]] = Xa[a:b].T @ Xa[a:b]
+            xty[ga[a]] = Xa[a:b].T @ ya[a:b]
+    elif len(ga):  # many groups: one segmented reduction of the rows' outer products
         xtx[ga[first]] = np.add.reduceat(Xa[:, :, None] * Xa[:, None, :], first, axis=0)
         xty[ga[first]] = np.add.reduceat(Xa * ya[:, None], first, axis=0)
     xtx[:, 0, 0] = n
@@ -218,7 +227,12 @@ def _fit(X: np.ndarray, y: np.ndarray, gid: np.ndarray, G: int, n: np.ndarray,
     beta = np.einsum("gij,gj->gi", inv, xty / scale) / scale
     # leverages: a row outside every term's support is (1, 0, …, 0); the others one quadratic form each
     lev = (inv[:, 0, 0] / (scale[:, 0] * scale[:, 0]))[gid]
-    if len(act):
+    if few:
+        for a, b in itertools.pairwise(bounds):
+            g = ga[a]
+            xs = Xa[a:b] / scale[g]
+            lev[act[a:b]] = ((xs @ inv[g]) * xs).sum(axis=1)
+    elif len(act):
         xs = Xa / scale[ga]
         lev[act] = np.einsum("ni,nij,nj->n", xs, inv[ga], xs)
     return np.where(np.isfinite(beta), beta, 0.0), np.where(np.isfinite(lev), np.clip(lev, 0.0, 1.0), 0.0)
