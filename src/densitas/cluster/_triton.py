@@ -52,7 +52,7 @@ FUSED_MAX_FEATURES = 128
 #: sums once (so k·(d + 1) atomic adds per program, not per block).
 PROGS_PER_SM = 4
 #: Padded k·d up to which the partial sums are a broadcast product (blocks of 32 rows, 8 warps, 2 programs per
-#: multiprocessor: the fastest of 108 launch settings measured on the H200 at N = 1,025,010, d = k = 10 —
+#: multiprocessor: the fastest of 153 launch settings measured on the H200 at N = 1,025,010, d = k = 10 —
 #: benchmarks/RESULTS.md); beyond it an FMA ``tl.dot`` (blocks of 64 or 32 rows).
 SUM3D_MAX = 256
 
