@@ -148,6 +148,31 @@ def test_missing_skip_semantics_match_direct_implementation(seeded):
         assert np.isnan(d[:, -1]).all()  # reference 7 is always at NaN and ranks last
 
 
+def test_missing_skip_with_every_pair_sharing_a_coordinate(seeded, monkeypatch):
+    """Few NaN (every row keeps more than half its columns): the fast pass skips the count of shared
+    coordinates (pigeonhole) and the answer still equals the direct implementation."""
+    from densitas.neighbors import _torch
+
+    X = seeded.normal(size=(70, 6)).astype(np.float32)
+    X[:, :3][seeded.random((70, 3)) < 0.3] = np.nan  # at most 3 of 6 missing: 3 + 4 present > 6
+    Y = seeded.normal(size=(9, 6)).astype(np.float32)
+    Y[:, 4][seeded.random(9) < 0.5] = np.nan  # at least 5 present
+    counted = []
+    real = _torch._tile_values
+
+    def spy(q, c):
+        counted.append(q.min_present + c.min_present)
+        return real(q, c)
+
+    monkeypatch.setattr(_torch, "_tile_values", spy)
+    d, i = kneighbors(X, Y, 10, missing="skip", device="cpu")
+    d_ref, i_ref = reference_knn(direct_distances(X.astype(np.float64), Y.astype(np.float64), "euclidean",
+                                                  skip=True), 10)
+    assert counted and min(counted) > 6  # the count was skipped
+    assert np.array_equal(i, i_ref)
+    assert np.allclose(d, d_ref, rtol=1e-12, atol=1e-14)
+
+
 def test_mixed_euclidean_with_strings_and_missing_values(seeded):
     import pandas as pd
 

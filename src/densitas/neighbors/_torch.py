@@ -57,6 +57,10 @@ class FastRows:
         1 where present, 0 where missing (masked only), in the fast dtype.
     nom : (n, r) int64 tensor or None
         Nominal codes (−1 = missing).
+    min_present : int
+        The fewest coordinates present in a row (masked only; a lower bound for any subset of the rows). When
+        the queries' and the references' add up to more than the numeric columns, every pair shares a
+        coordinate (pigeonhole) and the fast pass skips counting them.
     """
 
     mode: str
@@ -66,6 +70,7 @@ class FastRows:
     add: torch.Tensor | None
     mask: torch.Tensor | None
     nom: torch.Tensor | None
+    min_present: int = 0
 
     def __len__(self) -> int:
         t = self.x if self.x is not None else self.nom
@@ -76,7 +81,7 @@ class FastRows:
             return None if t is None else t[s]
 
         return FastRows(self.mode, self.masked, cut(self.x), cut(self.g), cut(self.add), cut(self.mask),
-                        cut(self.nom))
+                        cut(self.nom), self.min_present)
 
 
 def prepare(x: torch.Tensor | None, nom: torch.Tensor | None, mode: str, masked: bool, side: str,
@@ -88,10 +93,12 @@ def prepare(x: torch.Tensor | None, nom: torch.Tensor | None, mode: str, masked:
     if x is None:
         return FastRows(mode, masked, None, None, None, None, nom)
     mask = None
+    min_present = 0
     if masked:
         present = ~torch.isnan(x)
         mask = present.to(dtype)
         x = torch.where(present, x, 0.0)
+        min_present = int(present.sum(1).min()) if x.shape[0] else 0
     xf = x.to(dtype).contiguous()
     g = add = None
     if mode == "sq":
@@ -108,7 +115,7 @@ def prepare(x: torch.Tensor | None, nom: torch.Tensor | None, mode: str, masked:
                 g = torch.cat([-2.0 * xf, sq[:, None]], 1)
     elif mode == "cos" and not masked:
         g = xf if side == "query" else -xf
-    return FastRows(mode, masked, xf, g.contiguous() if g is not None else None, add, mask, nom)
+    return FastRows(mode, masked, xf, g.contiguous() if g is not None else None, add, mask, nom, min_present)
 
 
 def _tile_values(q: FastRows, c: FastRows) -> torch.Tensor:
@@ -136,7 +143,9 @@ def _tile_values(q: FastRows, c: FastRows) -> torch.Tensor:
                 d.add_(term)
         else:
             d = torch.cdist(q.x, c.x, p=1.0)
-        if q.masked:
+        # a pair with no coordinate in common gets +inf; none exists when the rows' present counts add up to
+        # more than the columns (pigeonhole), and then the count and its where are skipped
+        if q.masked and (q.nom is not None or q.min_present + c.min_present <= q.x.shape[1]):
             count = q.mask @ c.mask.T
     if q.nom is not None:
         r = q.nom.shape[1]

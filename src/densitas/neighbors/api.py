@@ -92,15 +92,19 @@ def encode_queries(Y: Any, refs: References, missing: str, device: torch.device,
 def _device_inputs(X: Any, Y: Any, metric: Metric, nominal: Any, missing: str,
                    dev: torch.device) -> tuple[References, Encoded] | None:
     """References and queries already on the (CUDA) device as float tensors, encoded where they are: no round
-    trip through host memory. None when the inputs are anything else, or hold a NaN or an infinity (the general
-    encoding then raises or skips, naming the row and column)."""
+    trip through host memory; with ``missing="skip"`` they may hold NaN. None when the inputs are anything else,
+    or hold an infinity, or NaN with ``missing="raise"`` (the general encoding then raises, naming the row and
+    column)."""
     tensors = isinstance(X, torch.Tensor) and isinstance(Y, torch.Tensor)
     if not tensors or dev.type != "cuda" or nominal is not None or X.ndim != 2 or Y.ndim != 2:
         return None
     if X.dtype not in (torch.float32, torch.float64) or Y.dtype != X.dtype or X.shape[1] != Y.shape[1]:
         return None
     X, Y = X.detach().to(dev), Y.detach().to(dev)
-    if not (bool(torch.isfinite(X).all()) and bool(torch.isfinite(Y).all())):
+    if missing == "skip":  # NaN is skipped where the tensors are (no round trip through host memory)
+        if bool(torch.isinf(X).any()) or bool(torch.isinf(Y).any()):
+            return None
+    elif not (bool(torch.isfinite(X).all()) and bool(torch.isfinite(Y).all())):
         return None
     head = build_references(X[:1].cpu(), metric, None, missing)  # the schema and coder of these columns
     refs = References(encoded=Encoded(X, None, X.shape[0]), schema=head.schema, coder=head.coder, missing=missing)
