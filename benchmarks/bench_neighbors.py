@@ -209,7 +209,34 @@ def _brute_check(X: torch.Tensor, Y: torch.Tensor, k: int, idx: torch.Tensor, n_
     return float((best_i == torch.as_tensor(idx, device=dev)[sel]).all(1).double().mean())
 
 
-def stream_rows(reps: int, seed: int, sizes: list[int], m: int = 10_000, d: int = 64, k: int = 10) -> list[dict]:
+LAUNCHES = [(64, 64, 4, 3), (32, 128, 4, 3), (32, 64, 4, 3), (64, 128, 4, 3), (16, 128, 4, 3), (32, 256, 4, 2),
+            (32, 128, 8, 3), (64, 256, 8, 2)]
+
+
+def launch_sweep_rows(X: torch.Tensor, Y: torch.Tensor, k: int, reps: int, dev: torch.device) -> list[dict]:
+    """The streamed search over its chunk kernel's launch settings (queries and references per tile, warps,
+    stages); sets densitas.neighbors.stream.LAUNCH to the fastest."""
+    from densitas.neighbors import stream
+
+    rows = _Rows()
+    best = (math.inf, {})
+    for bm, bn, w, st in LAUNCHES:
+        stream.LAUNCH = {"block_m": bm, "block_n": bn, "num_warps": w, "num_stages": st}
+        try:
+            t, _ = timed(lambda: stream.stream_kneighbors(Y, stream.HostChunks(X), k, device=dev), dev, reps)
+        except Exception as exc:
+            print(f"  {stream.LAUNCH}: {type(exc).__name__}", file=sys.stderr)
+            continue
+        rows.append({"case": f"launch sweep, streamed {len(X):,}", "impl": f"BM={bm} BN={bn} warps={w} stages={st}",
+                     "s": t, "ratio": float("nan"), "agree": float("nan")})
+        best = min(best, (t, dict(stream.LAUNCH)), key=lambda b: b[0])
+    stream.LAUNCH = best[1]
+    print(f"  launch settings chosen: {stream.LAUNCH}", file=sys.stderr, flush=True)
+    return rows
+
+
+def stream_rows(reps: int, seed: int, sizes: list[int], m: int = 10_000, d: int = 64, k: int = 10,
+                launch_sweep: bool = False) -> list[dict]:
     """Host-resident references (pinned memory, generated in chunks with a fixed seed) streamed through the GPU:
     ``kneighbors`` beside the host→device transfer floor — the same bytes copied from pinned memory with the
     same chunking and double buffering and no compute, and plain ``torch`` copy bandwidth (one 1 GiB copy from
@@ -237,6 +264,9 @@ def stream_rows(reps: int, seed: int, sizes: list[int], m: int = 10_000, d: int 
         t_gen = time.perf_counter()
         X = _pinned_references(n, d, seed + n, dev)
         print(f"  generated {n:,} × {d} pinned in {time.perf_counter() - t_gen:.1f} s", file=sys.stderr, flush=True)
+        if launch_sweep:
+            rows += launch_sweep_rows(X, Y, k, reps, dev)
+            launch_sweep = False
         stats = StreamStats()
         t, (dist, idx) = timed(lambda X=X, st=stats: stream_kneighbors(Y, HostChunks(X), k, device=dev, stats=st),
                                dev, reps)
@@ -367,6 +397,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stream", default=None, help="host-resident reference sizes to stream, e.g. 1e7,1e8 (CUDA)")
     ap.add_argument("--no-in-memory", action="store_true", help="skip the device-resident GPU rows")
     ap.add_argument("--block-sweep", action="store_true", help="sweep queries/references per tile (CUDA)")
+    ap.add_argument("--launch-sweep", action="store_true", help="with --stream: sweep the chunk kernel's launch "
+                    "settings at the first size and use the fastest")
     ap.add_argument("--profile-masked", action="store_true", help="profile document 001's NaN case (CUDA)")
     args = ap.parse_args(argv)
     dev = resolve_device(args.device)
@@ -374,7 +406,8 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict] = []
     if dev.type == "cuda":
         if args.stream:
-            rows += stream_rows(reps, args.seed, [int(float(v)) for v in args.stream.split(",")])
+            rows += stream_rows(reps, args.seed, [int(float(v)) for v in args.stream.split(",")],
+                                launch_sweep=args.launch_sweep)
         if args.block_sweep:
             rows += block_sweep_rows(reps, args.seed)
         if args.profile_masked:

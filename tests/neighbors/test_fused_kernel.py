@@ -185,3 +185,26 @@ def test_uncertified_queries_take_the_brute_force(driver):
     ref = ((X[0, None, :3].astype(np.float32).astype(np.float64)
             - X[:, :3].astype(np.float32).astype(np.float64)) ** 2).sum(-1)
     assert I_[1].tolist() == np.lexsort((np.arange(120), ref))[:5].tolist()
+
+
+@pytest.mark.parametrize(("m", "n", "d", "kp", "splits"), [(6, 150, 3, 16, 2), (4, 70, 5, 16, 1)])
+def test_seeded_candidates_keep_only_values_below_the_seed(m, n, d, kp, splits):
+    """With a per-query seed the kernel returns the nearest rows whose value is below it (ties by the lower
+    index) and nothing else; every row not returned has a value ≥ min(seed, the kp-th value)."""
+    g = torch.Generator().manual_seed(SEED)
+    X = torch.randint(0, 4, (n, d), generator=g).float()
+    Y = torch.randint(0, 4, (m, d), generator=g).float()
+    rd, ri = _reference(Y, X, n)
+    seed = torch.tensor([rd[j, min(3 * j, n - 1)] for j in range(m)], dtype=torch.float32)
+    seed[0] = float("inf")  # no seed for the first query
+    seed[1] = 0.0  # nothing wanted
+    dist, idx = fused.candidates(Y, X, kp, precision="ieee", splits=splits, seed=seed)
+    for j in range(m):
+        below = rd[j] < seed[j].double()
+        want = ri[j][below][:kp]
+        got = idx[j][torch.isfinite(dist[j])]
+        assert torch.equal(got, want), f"query {j}, seed {SEED}"
+        returned = set(got.tolist())
+        floor = min(float(seed[j]), float(dist[j, -1]))
+        dropped = [float(v) for v, i in zip(rd[j], ri[j], strict=True) if int(i) not in returned]
+        assert all(v >= floor for v in dropped), f"query {j}, seed {SEED}"

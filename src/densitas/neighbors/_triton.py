@@ -37,11 +37,14 @@ _INF_BITS = 0x7F800000  # float32 +inf
 
 
 @triton.jit
-def _tile(Q, R, qn, RN, best, thresh, rows, rmask, cols, n, d, stride_q, stride_r,
+def _tile(Q, R, qn, RN, best, thresh, seed, rnmax, rows, rmask, cols, n, d, stride_q, stride_r,
           BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, KP: tl.constexpr, PRECISION: tl.constexpr):
     """Fold the tile of references ``cols`` into the running top-KP ``best`` (unsorted keys) and its worst
-    distance ``thresh``: the tile's distances below ``thresh`` enter one at a time (each row's smallest replaces
-    its worst), so a tile with no improving distance costs one comparison per distance."""
+    distance ``thresh`` (never above the row's ``seed``): the tile's distances below ``thresh`` enter one at a
+    time (each row's smallest replaces its worst). A tile is first screened on ``‖c‖² − 2q·c`` alone (one
+    fused multiply-add and one row minimum per distance): the row minimum plus ``‖q‖²`` against ``thresh``
+    widened by ``2⁻¹⁸·(thresh + ‖q‖² + max‖c‖²)``, which covers the float32 rounding of both forms: a distance below
+    ``thresh`` always passes the screen, so a tile with no improving distance costs that much and no more."""
     cmask = cols < n
     dk = tl.arange(0, BD)
     dmask = dk < d
@@ -49,11 +52,14 @@ def _tile(Q, R, qn, RN, best, thresh, rows, rmask, cols, n, d, stride_q, stride_
     r = tl.load(R + cols[:, None] * stride_r + dk[None, :], mask=cmask[:, None] & dmask[None, :], other=0.0)
     acc = tl.dot(q, tl.trans(r), input_precision=PRECISION)
     rn = tl.load(RN + cols, mask=cmask, other=float("inf"))  # +inf: references past the end never enter
-    dist = tl.maximum(qn[:, None] + rn[None, :] - 2.0 * acc, 0.0)
-    # references are visited in increasing index within a split: a later equal distance never wins a tie
-    hit = dist < thresh[:, None]
-    left = tl.sum(tl.sum(hit.to(tl.int32), axis=1), axis=0)
+    smin = tl.min(rn[None, :] - 2.0 * acc, axis=1)
+    screen = thresh + 0.000003814697265625 * (thresh + qn + rnmax)  # 2⁻¹⁸ of margin
+    left = tl.sum((smin + qn < screen).to(tl.int32), axis=0)  # padding rows: qn = +inf never passes
     if left > 0:
+        dist = tl.maximum(qn[:, None] + rn[None, :] - 2.0 * acc, 0.0)
+        # references are visited in increasing index within a split: a later equal distance never wins a tie
+        hit = dist < thresh[:, None]
+        left = tl.sum(tl.sum(hit.to(tl.int32), axis=1), axis=0)
         big = tl.full([BM, BN], 0x7FFFFFFFFFFFFFFF, tl.int64)
         bits = dist.to(tl.int32, bitcast=True).to(tl.int64)
         keys = tl.where(hit, (bits << 32) | cols[None, :].to(tl.int64), big)
@@ -66,15 +72,15 @@ def _tile(Q, R, qn, RN, best, thresh, rows, rmask, cols, n, d, stride_q, stride_
                 worst = tl.max(best, axis=1)
                 keys = tl.where((keys == kmin[:, None]) | (keys > worst[:, None]), big, keys)
                 left = tl.sum(tl.sum((keys != big).to(tl.int32), axis=1), axis=0)
-        thresh = (tl.max(best, axis=1) >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+        thresh = tl.minimum((tl.max(best, axis=1) >> 32).to(tl.int32).to(tl.float32, bitcast=True), seed)
     return best, thresh
 
 
 @triton.jit
-def _knn_kernel(Q, R, QN, RN, OUT, m, n, d, n_per_split,
+def _knn_kernel(Q, R, QN, RN, RNMAX, SEED, OUT, m, n, d, n_per_split,
                 stride_q, stride_r,
                 BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, KP: tl.constexpr,
-                PRECISION: tl.constexpr, INTERPRETED: tl.constexpr):
+                PRECISION: tl.constexpr, INTERPRETED: tl.constexpr, HAS_SEED: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_s = tl.program_id(1)
     n_splits = tl.num_programs(1)
@@ -85,17 +91,22 @@ def _knn_kernel(Q, R, QN, RN, OUT, m, n, d, n_per_split,
     kk = tl.arange(0, KP)
     # +inf with distinct padding indices (keys must be unique: the worst is replaced by equality)
     best = (tl.full([BM, KP], 0x7F800000, tl.int64) << 32) | (tl.full([BM, KP], 0xFFFFFFFF, tl.int64) - kk[None, :])
-    thresh = tl.full([BM], float("inf"), tl.float32)
+    if HAS_SEED:  # a per-query bound: only distances below it are wanted
+        seed = tl.load(SEED + rows, mask=rmask, other=float("inf"))
+    else:
+        seed = tl.full([BM], float("inf"), tl.float32)
+    thresh = seed
+    rnmax = tl.load(RNMAX)
     if INTERPRETED:  # the interpreter runs no range() over a runtime bound; a while loop is the same walk
         c0 = 0
         while c0 < n_per_split:
-            best, thresh = _tile(Q, R, qn, RN, best, thresh, rows, rmask, start + c0 + tl.arange(0, BN), n, d,
-                                 stride_q, stride_r, BM, BN, BD, KP, PRECISION)
+            best, thresh = _tile(Q, R, qn, RN, best, thresh, seed, rnmax, rows, rmask, start + c0 + tl.arange(0, BN),
+                                 n, d, stride_q, stride_r, BM, BN, BD, KP, PRECISION)
             c0 += BN
     else:
         for c0 in range(0, n_per_split, BN):
-            best, thresh = _tile(Q, R, qn, RN, best, thresh, rows, rmask, start + c0 + tl.arange(0, BN), n, d,
-                                 stride_q, stride_r, BM, BN, BD, KP, PRECISION)
+            best, thresh = _tile(Q, R, qn, RN, best, thresh, seed, rnmax, rows, rmask, start + c0 + tl.arange(0, BN),
+                                 n, d, stride_q, stride_r, BM, BN, BD, KP, PRECISION)
     best = tl.sort(best, dim=1)
     out = OUT + (rows[:, None] * n_splits + pid_s) * KP + kk[None, :]
     tl.store(out, best, mask=rmask[:, None])
@@ -108,7 +119,7 @@ def _pow2(x: int) -> int:
 def candidates(Q: torch.Tensor, R: torch.Tensor, kp: int, *, precision: str = "tf32",
                splits: int | None = None, block_m: int | None = None, block_n: int | None = None,
                num_warps: int | None = None, num_stages: int | None = None,
-               with_norms: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+               with_norms: bool = True, seed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """For each row of ``Q`` the ``kp`` references of ``R`` nearest in (TF32-rounded) squared distance.
 
     Parameters
@@ -125,11 +136,15 @@ def candidates(Q: torch.Tensor, R: torch.Tensor, kp: int, *, precision: str = "t
         Launch settings (queries and references per tile, warps, pipeline stages); defaults by ``kp``.
     with_norms : bool
         False: the value is ``−2·q·c`` alone (forms that fold the norms into the product).
+    seed : torch.Tensor of shape (len(Q),), float32, optional
+        Per query, a value above which nothing is wanted (a search that already holds neighbours): the kernel
+        keeps only values below it, and a tile with none costs one screen. Every reference not returned then
+        has a value ≥ ``min(seed, dist2[:, -1])``.
 
     Returns
     -------
     dist2 : torch.Tensor of shape (len(Q), kp), float32
-        Approximate squared distances, ascending (``inf`` where ``R`` has fewer rows).
+        Approximate squared distances, ascending (``inf`` where ``R`` has fewer rows, or fewer below ``seed``).
     index : torch.Tensor of shape (len(Q), kp), int64
         Their reference rows (ties by the lower index).
     """
@@ -167,9 +182,11 @@ def candidates(Q: torch.Tensor, R: torch.Tensor, kp: int, *, precision: str = "t
     per = triton.cdiv(triton.cdiv(n, splits), BN) * BN
     splits = triton.cdiv(n, per)
     out = torch.empty((m, splits, kp), dtype=torch.int64, device=Q.device)
-    _knn_kernel[(blocks, splits)](Q, R, qn, rn, out, m, n, d, per, Q.stride(0), R.stride(0),
+    rnmax = rn.amax().clamp(min=0.0).reshape(1) if n else rn.new_zeros(1)  # on the device: no host sync
+    seed_arg = seed.to(torch.float32).contiguous() if seed is not None else qn
+    _knn_kernel[(blocks, splits)](Q, R, qn, rn, rnmax, seed_arg, out, m, n, d, per, Q.stride(0), R.stride(0),
                                   BM=BM, BN=BN, BD=BD, KP=kp, PRECISION=precision,
-                                  INTERPRETED=os.environ.get("TRITON_INTERPRET") == "1",
+                                  INTERPRETED=os.environ.get("TRITON_INTERPRET") == "1", HAS_SEED=seed is not None,
                                   num_warps=num_warps or 4, num_stages=stages)
     keys = out.view(m, splits * kp)
     if splits > 1:

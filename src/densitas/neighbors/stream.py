@@ -8,7 +8,9 @@ pinned staging buffers that the host fills while the device works on the chunk b
 to reuse a staging buffer.
 
 Per chunk and query, the fused kernel (:func:`densitas.neighbors._triton.candidates`; PyTorch's GEMM + top-k
-where Triton does not run) returns the ``kp`` nearest rows by TF32 distance of centred data. They are re-ranked
+where Triton does not run) returns the ``kp`` nearest rows by TF32 distance of centred data, seeded with the
+running exact k-th distance plus twice the rounding bound (so after the first chunk almost every tile costs
+one screen: nothing in it can still enter). They are re-ranked
 in float64 (direct differences, as the in-memory path does) and merged into a running top-k on the device,
 ordered by (distance, global row): ties go to the lower row. Every row the kernel dropped had a kernel value
 ≥ the chunk's ``kp``-th value ``t``, so its exact squared distance is ≥ ``t − ε`` (ε: the kernel's rounding
@@ -43,7 +45,10 @@ __all__ = ["HostChunks", "NonFiniteError", "StreamStats", "stream_kneighbors", "
 #: Largest chunk of reference rows (bytes on the device per buffer): large enough that a chunk's kernel runs
 #: well past launch overhead, small enough that the first, unoverlapped copy is short.
 MAX_CHUNK_BYTES = 1 << 29
-_KERNEL_ALIGN = 64  # chunk lengths are multiples of the kernel's reference tile
+_KERNEL_ALIGN = 128  # chunk lengths are multiples of the kernel's reference tile
+#: Launch settings of the fused kernel on a chunk (:func:`densitas.neighbors._triton.candidates`'s block_m,
+#: block_n, num_warps, num_stages); empty: its defaults.
+LAUNCH: dict[str, int] = {}
 
 
 class NonFiniteError(InputError):
@@ -186,21 +191,24 @@ class _Pipeline:
 
 
 def _candidate_step(device: torch.device, budget: int) -> tuple[Callable, float, str]:
-    """``(fn, u, backend)``: ``fn(Q, R, kp)`` → (values (m, kp) ascending, local rows (m, kp)), the kp
-    smallest approximate squared distances (rows ≥ len(R) pad with +inf), and the relative input rounding ``u``
-    of the dot products behind them."""
+    """``(fn, u, backend)``: ``fn(Q, R, kp, seed)`` → (values (m, kp) ascending, local rows (m, kp)), the kp
+    smallest approximate squared distances (rows ≥ len(R) pad with +inf; the fused kernel keeps only values
+    below ``seed``, PyTorch's pass ignores it), and the relative input rounding ``u`` of the dot products
+    behind them. Every row not returned has a value ≥ ``min(seed, values[:, -1])``."""
     backend, _ = select("knn_tile_topk", device)
     interpreted = os.environ.get("TRITON_INTERPRET") == "1"
     if backend == "triton" and (device.type == "cuda" or interpreted):
         from densitas.neighbors._triton import TILE_PRECISION, UNIT_ROUNDOFF, candidates
 
-        def fused(Q: torch.Tensor, R: torch.Tensor, kp: int) -> tuple[torch.Tensor, torch.Tensor]:
-            return candidates(Q, R, kp, precision=TILE_PRECISION)
+        def fused(Q: torch.Tensor, R: torch.Tensor, kp: int,
+                  seed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+            return candidates(Q, R, kp, precision=TILE_PRECISION, seed=seed, **LAUNCH)
 
         return fused, max(UNIT_ROUNDOFF[TILE_PRECISION], 2.0**-23), "triton"
     tf32 = torch.get_float32_matmul_precision() != "highest"
 
-    def gemm_topk(Q: torch.Tensor, R: torch.Tensor, kp: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def gemm_topk(Q: torch.Tensor, R: torch.Tensor, kp: int,
+                  seed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         qn, rn = (Q * Q).sum(1), (R * R).sum(1)
         kk = min(kp, R.shape[0])
         step = max(1, budget // 8 // max(4 * R.shape[0], 1))
@@ -358,11 +366,19 @@ def stream_kneighbors(Y: Any, X: HostChunks | Any, k: int, *, metric: str = "euc
             Yc, qn = state["Yc"], state["qn"]
             state["finite"] &= torch.isfinite(R).all()
             Rc = torch.sub(R, state["mu"], out=centred[:c])
-            vals, loc = cand(Yc, Rc, kp)
-            if c > kp:  # rows the kernel dropped are at least its kp-th value less the rounding bound
+            if c > kp:
+                # rows the kernel drops are at least min(seed, its kp-th value) less the rounding bound ε; the
+                # seed, the running exact k-th value plus 2ε, keeps every row that could still enter
                 cmax = (Rc * Rc).sum(1).amax().to(torch.float64).sqrt() * (1.0 + 1e-5)
                 eps = 4 * (u + d * 2.0**-23) * qn * cmax + (d + 4) * 2.0**-22 * (qn**2 + cmax**2)
-                state["lower"] = torch.minimum(state["lower"], vals[:, -1].to(torch.float64) - eps)
+                kth = state["d"][:, k - 1] if state["d"].shape[1] >= k else torch.full_like(qn, math.inf)
+                seed = torch.nextafter((kth + 2.0 * eps * (1.0 + 1e-6)).to(torch.float32),
+                                       torch.tensor(math.inf, device=dev))
+                vals, loc = cand(Yc, Rc, kp, seed)
+                bound = torch.minimum(vals[:, -1].to(torch.float64), seed.to(torch.float64)) - eps
+                state["lower"] = torch.minimum(state["lower"], bound)
+            else:  # every row is a candidate
+                vals, loc = cand(Yc, Rc, kp)
             valid = loc < c
             safe = loc.clamp(max=c - 1)
             exact = torch.empty((mq, kp), dtype=torch.float64, device=dev)
