@@ -209,8 +209,8 @@ def _brute_check(X: torch.Tensor, Y: torch.Tensor, k: int, idx: torch.Tensor, n_
     return float((best_i == torch.as_tensor(idx, device=dev)[sel]).all(1).double().mean())
 
 
-LAUNCHES = [(64, 64, 4, 3), (32, 128, 4, 3), (32, 64, 4, 3), (64, 128, 4, 3), (16, 128, 4, 3), (32, 256, 4, 2),
-            (32, 128, 8, 3), (64, 256, 8, 2)]
+LAUNCHES = [(64, 64, 4, 3), (64, 128, 4, 3), (64, 256, 4, 2), (128, 64, 4, 3), (128, 128, 4, 3), (128, 128, 8, 3),
+            (128, 256, 8, 2), (256, 64, 8, 3), (256, 128, 8, 2), (32, 128, 4, 3)]
 
 
 def launch_sweep_rows(X: torch.Tensor, Y: torch.Tensor, k: int, reps: int, dev: torch.device) -> list[dict]:

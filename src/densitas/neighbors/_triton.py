@@ -37,7 +37,7 @@ _INF_BITS = 0x7F800000  # float32 +inf
 
 
 @triton.jit
-def _tile(Q, R, qn, RN, best, thresh, seed, rnmax, rows, rmask, cols, n, d, stride_q, stride_r,
+def _tile(q, R, qn, RN, best, thresh, seed, rnmax, cols, n, d, stride_r,
           BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, KP: tl.constexpr, PRECISION: tl.constexpr):
     """Fold the tile of references ``cols`` into the running top-KP ``best`` (unsorted keys) and its worst
     distance ``thresh`` (never above the row's ``seed``): the tile's distances below ``thresh`` enter one at a
@@ -48,7 +48,6 @@ def _tile(Q, R, qn, RN, best, thresh, seed, rnmax, rows, rmask, cols, n, d, stri
     cmask = cols < n
     dk = tl.arange(0, BD)
     dmask = dk < d
-    q = tl.load(Q + rows[:, None] * stride_q + dk[None, :], mask=rmask[:, None] & dmask[None, :], other=0.0)
     r = tl.load(R + cols[:, None] * stride_r + dk[None, :], mask=cmask[:, None] & dmask[None, :], other=0.0)
     acc = tl.dot(q, tl.trans(r), input_precision=PRECISION)
     rn = tl.load(RN + cols, mask=cmask, other=float("inf"))  # +inf: references past the end never enter
@@ -97,16 +96,18 @@ def _knn_kernel(Q, R, QN, RN, RNMAX, SEED, OUT, m, n, d, n_per_split,
         seed = tl.full([BM], float("inf"), tl.float32)
     thresh = seed
     rnmax = tl.load(RNMAX)
+    dk = tl.arange(0, BD)  # the block's queries are loaded once, not once per tile
+    q = tl.load(Q + rows[:, None] * stride_q + dk[None, :], mask=rmask[:, None] & (dk < d)[None, :], other=0.0)
     if INTERPRETED:  # the interpreter runs no range() over a runtime bound; a while loop is the same walk
         c0 = 0
         while c0 < n_per_split:
-            best, thresh = _tile(Q, R, qn, RN, best, thresh, seed, rnmax, rows, rmask, start + c0 + tl.arange(0, BN),
-                                 n, d, stride_q, stride_r, BM, BN, BD, KP, PRECISION)
+            best, thresh = _tile(q, R, qn, RN, best, thresh, seed, rnmax, start + c0 + tl.arange(0, BN), n, d,
+                                 stride_r, BM, BN, BD, KP, PRECISION)
             c0 += BN
     else:
         for c0 in range(0, n_per_split, BN):
-            best, thresh = _tile(Q, R, qn, RN, best, thresh, seed, rnmax, rows, rmask, start + c0 + tl.arange(0, BN),
-                                 n, d, stride_q, stride_r, BM, BN, BD, KP, PRECISION)
+            best, thresh = _tile(q, R, qn, RN, best, thresh, seed, rnmax, start + c0 + tl.arange(0, BN), n, d,
+                                 stride_r, BM, BN, BD, KP, PRECISION)
     best = tl.sort(best, dim=1)
     out = OUT + (rows[:, None] * n_splits + pid_s) * KP + kk[None, :]
     tl.store(out, best, mask=rmask[:, None])
