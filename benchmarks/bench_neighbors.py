@@ -270,8 +270,8 @@ def stream_rows(reps: int, seed: int, sizes: list[int], m: int = 10_000, d: int 
         stats = StreamStats()
         t, (dist, idx) = timed(lambda X=X, st=stats: stream_kneighbors(Y, HostChunks(X), k, device=dev, stats=st),
                                dev, reps)
-        floor = transfer_floor(HostChunks(X), stats.chunk_rows, dev)
-        floor = min(floor, transfer_floor(HostChunks(X), stats.chunk_rows, dev))
+        floor = transfer_floor(HostChunks(X), stats.chunk_rows, dev, stats.first_rows)
+        floor = min(floor, transfer_floor(HostChunks(X), stats.chunk_rows, dev, stats.first_rows))
         plain = n * d * 4 / bw
         ok = _brute_check(X, Y, k, idx, 256 if n <= 10**7 else 32, dev)
         case = f"host {n:,} × {d} ({n * d * 4 / 1e9:.1f} GB) × {m:,} queries, k={k}"

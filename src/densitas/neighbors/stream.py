@@ -49,6 +49,8 @@ _KERNEL_ALIGN = 128  # chunk lengths are multiples of the kernel's reference til
 #: Launch settings of the fused kernel on a chunk (:func:`densitas.neighbors._triton.candidates`'s block_m,
 #: block_n, num_warps, num_stages); empty: its defaults.
 LAUNCH: dict[str, int] = {}
+#: The first chunk is cut at 1/FIRST_PIECE of its rows: the unseeded kernel on that piece sets the seed.
+FIRST_PIECE = 16
 
 
 class NonFiniteError(InputError):
@@ -58,11 +60,13 @@ class NonFiniteError(InputError):
 
 @dataclass
 class StreamStats:
-    """What a streamed search did: chunks and rows per chunk, whether the source was pinned already,
-    queries answered by the exact fallback pass, and the candidate backend."""
+    """What a streamed search did: chunks and rows per chunk (the first chunk cut at ``first_rows``), query
+    tiles, whether the source was pinned already, queries answered by the exact fallback pass, and the
+    candidate backend."""
 
     chunks: int = 0
     chunk_rows: int = 0
+    first_rows: int | None = None
     query_tiles: int = 0
     pinned_source: bool = False
     fallback_queries: int = 0
@@ -134,8 +138,9 @@ class _Pipeline:
     pinned), a copy stream; ``run(fn)`` calls ``fn(offset, rows_on_device)`` on the compute stream for every
     chunk, the copy of the next chunk overlapping it. On a CPU device ``fn`` gets the host chunk itself."""
 
-    def __init__(self, src: HostChunks, rows: int, device: torch.device):
+    def __init__(self, src: HostChunks, rows: int, device: torch.device, first_rows: int | None = None):
         self.src, self.rows, self.device = src, rows, device
+        self.first_rows = first_rows  # the first chunk is cut in two there (a short unseeded first piece)
         self.cuda = device.type == "cuda"
         if self.cuda:
             shape = (rows, src.width)
@@ -153,16 +158,26 @@ class _Pipeline:
                           for _ in range(2)]
         return self.stage
 
+    def _blocks(self) -> Iterator[tuple[int, torch.Tensor]]:
+        first = True
+        for off, h in self.src.blocks(self.rows):
+            f = self.first_rows
+            if first and f is not None and 0 < f < h.shape[0]:
+                yield off, h[:f]
+                off, h = off + f, h[f:]
+            first = False
+            yield off, h
+
     def run(self, fn: Callable[[int, torch.Tensor], None]) -> int:
         chunks = 0
         if not self.cuda:
-            for off, h in self.src.blocks(self.rows):
+            for off, h in self._blocks():
                 fn(off, h.contiguous())
                 chunks += 1
             return chunks
         compute = torch.cuda.current_stream(self.device)
         used = self.used
-        for off, h in self.src.blocks(self.rows):
+        for off, h in self._blocks():
             slot = chunks % 2
             n_h = h.shape[0]
             h = h.contiguous()
@@ -336,7 +351,9 @@ def stream_kneighbors(Y: Any, X: HostChunks | Any, k: int, *, metric: str = "euc
         rows = int(chunk_rows)
     rows = max(1, min(rows, n))
     stats.chunk_rows = rows
-    pipe = _Pipeline(src, rows, dev)
+    # the first chunk runs unseeded (every tile inserts at first): a short first piece sets the seed cheaply
+    stats.first_rows = max(_KERNEL_ALIGN, rows // FIRST_PIECE) if rows > 2 * _KERNEL_ALIGN else None
+    pipe = _Pipeline(src, rows, dev, stats.first_rows)
     mu32: torch.Tensor | None = None
     centred = torch.empty((rows, d), dtype=torch.float32, device=dev)
     finite = torch.ones((), dtype=torch.bool, device=dev)
@@ -423,11 +440,13 @@ def _exact_stream(pipe: _Pipeline, q64: torch.Tensor, k: int, cap: int) -> tuple
     return state["d"], state["i"]
 
 
-def transfer_floor(src: HostChunks, rows: int, device: torch.device | str = "cuda") -> float:
+def transfer_floor(src: HostChunks, rows: int, device: torch.device | str = "cuda",
+                   first_rows: int | None = None) -> float:
     """Seconds to copy every chunk of ``src`` host → device through the same pipeline with no compute (the
-    floor a streamed search can approach). CUDA only."""
+    floor a streamed search can approach): ``rows`` and ``first_rows`` as a search's :class:`StreamStats`
+    report them. CUDA only."""
     dev = torch.device(device)
-    pipe = _Pipeline(src, rows, dev)
+    pipe = _Pipeline(src, rows, dev, first_rows)
     torch.cuda.synchronize(dev)
     import time
 
