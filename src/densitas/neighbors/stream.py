@@ -47,8 +47,9 @@ __all__ = ["HostChunks", "NonFiniteError", "StreamStats", "stream_kneighbors", "
 MAX_CHUNK_BYTES = 1 << 29
 _KERNEL_ALIGN = 128  # chunk lengths are multiples of the kernel's reference tile
 #: Launch settings of the fused kernel on a chunk (:func:`densitas.neighbors._triton.candidates`'s block_m,
-#: block_n, num_warps, num_stages); empty: its defaults.
-LAUNCH: dict[str, int] = {}
+#: block_n, num_warps, num_stages): the fastest of ten on the H200 for the seeded chunks of 10k queries × 2M
+#: references, d = 64 (``bench_neighbors.py --stream 1e7 --launch-sweep``; benchmarks/RESULTS.md).
+LAUNCH: dict[str, int] = {"block_m": 64, "block_n": 128, "num_warps": 4, "num_stages": 3}
 #: The first chunk is cut at 1/FIRST_PIECE of its rows: the unseeded kernel on that piece sets the seed.
 FIRST_PIECE = 16
 
