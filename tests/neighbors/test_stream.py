@@ -110,3 +110,49 @@ def test_bad_input_raises():
         stream_kneighbors([[0.0, 0.0]], Xn, 1, chunk_rows=3)
     with pytest.raises(NonFiniteError, match="queries hold NaN"):
         stream_kneighbors([[np.nan, 0.0]], X, 1)
+
+
+@pytest.mark.parametrize("kind", ["npy", "parquet", "duckdb"])
+def test_file_and_table_sources_stream_with_queries_matched_by_name(seeded, tmp_path, kind):
+    """What kneighbors streams on CUDA for a file or DuckDB relation (api.host_source), run on the CPU: the
+    same answer as the in-memory search, DataFrame queries matched to the columns by name."""
+    import pandas as pd
+
+    from densitas.neighbors.api import host_source
+
+    X = seeded.standard_normal((300, 3)).astype(np.float32)
+    X[100:130] = X[4]
+    frame = pd.DataFrame(X, columns=["a", "b", "c"])
+    Y = frame.iloc[[4, 7, 200]].reset_index(drop=True)
+    if kind == "npy":
+        src_arg, queries = tmp_path / "x.npy", Y.to_numpy()
+        np.save(src_arg, X)
+    elif kind == "parquet":
+        src_arg, queries = str(tmp_path / "x.parquet"), Y[["c", "a", "b"]]  # reordered: matched by name
+        frame.to_parquet(src_arg)
+    else:
+        import duckdb
+
+        con = duckdb.connect()
+        con.register("frame", frame)
+        con.execute("CREATE TABLE t AS SELECT a::FLOAT AS a, b::FLOAT AS b, c::FLOAT AS c FROM frame")
+        src_arg, queries = con.table("t"), Y[["b", "c", "a"]]
+    got = host_source(src_arg, queries, "raise", torch.device("cpu"))
+    assert got is not None
+    src, q = got
+    assert src.n_rows == 300 and src.width == 3
+    want_d, want_i = kneighbors(X, Y.to_numpy(), 7, device="cpu")
+    with use_backend("torch"):
+        D, I_ = stream_kneighbors(q, src, 7, memory_budget="16kB", chunk_rows=64)
+    np.testing.assert_array_equal(I_.numpy(), want_i)
+    np.testing.assert_allclose(D.numpy(), want_d, rtol=1e-14, atol=0)
+
+
+def test_host_source_declines_what_it_cannot_stream():
+    from densitas.neighbors.api import host_source
+
+    cpu = torch.device("cpu")
+    assert host_source(np.zeros((5, 2)), np.zeros((1, 2)), "raise", cpu) is None  # float64 references
+    assert host_source(np.zeros((5, 2), np.float32), np.zeros((1, 3)), "raise", cpu) is None  # widths differ
+    assert host_source([[1.0, 2.0]], [[1.0, 2.0]], "raise", cpu) is None  # a list: the general path
+    assert host_source(np.zeros((5, 2), np.float32), [["a", "b"]], "raise", cpu) is None  # text queries

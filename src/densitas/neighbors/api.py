@@ -207,46 +207,62 @@ def _host_rows(X: Any) -> torch.Tensor | None:
     return None
 
 
+def host_source(X: Any, Y: Any, missing: str, device: torch.device) -> tuple[Any, torch.Tensor] | None:
+    """``(HostChunks, queries)`` when ``X`` is a host-resident float32 reference set that the CUDA path can
+    stream — a 2-D float32 ndarray or CPU tensor (chunks are views), or a file or DuckDB relation whose columns
+    are all numeric and encode to float32 (read and encoded block by block) — with the queries as a float
+    tensor on ``device`` (for a file, encoded with its schema, so DataFrame columns match by name). Else None.
+    """
+    from densitas.neighbors.stream import HostChunks
+
+    rows = _host_rows(X)
+    if rows is not None:
+        if isinstance(Y, torch.Tensor):
+            Yt = Y.detach()
+        else:
+            try:
+                Yt = torch.as_tensor(np.asarray(Y))
+            except (TypeError, ValueError):
+                return None
+        if Yt.ndim != 2 or Yt.shape[1] != rows.shape[1] or not Yt.is_floating_point():
+            return None
+        return HostChunks(rows), Yt.to(device)
+    is_file = isinstance(X, str) or type(X).__module__.startswith("pathlib")
+    if not (is_file or hasattr(X, "to_arrow_reader") or hasattr(X, "fetch_arrow_reader")):
+        return None
+    refs = build_references(X, get_metric("euclidean"), None, missing)
+    if refs.source is None or refs.schema.nominal or refs.float_dtype != np.float32:
+        return None
+    q = encode_queries(Y, refs, missing, device)
+    if q.nom is not None or q.num is None:
+        return None
+
+    def blocks(n_rows: int, refs=refs):
+        for off, enc in refs.blocks(n_rows, torch.device("cpu")):
+            yield off, enc.num
+
+    return HostChunks(blocks=blocks, n_rows=refs.n_rows, width=refs.schema.n_columns), q.num
+
+
 def _streamed(X: Any, Y: Any, k: int, metric: str, missing: str, dev: torch.device,
               budget: int | None) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """A host-resident or file-backed float32 reference set on CUDA: streamed through the device in chunks
-    (pinned staging, copy of chunk i + 1 overlapping the fused kernel on chunk i, top-k merged on the device;
-    :func:`densitas.neighbors.stream.stream_kneighbors`), where it applies: (squared) Euclidean, numeric
-    columns, ``d`` and ``k`` within the kernel's limits, finite values. Else None: the general path (which
-    names a NaN's row and column, or skips it)."""
+    """A host-resident or file-backed float32 reference set on CUDA (:func:`host_source`): streamed through
+    the device in chunks (pinned staging, copy of chunk i + 1 overlapping the fused kernel on chunk i, top-k
+    merged on the device; :func:`densitas.neighbors.stream.stream_kneighbors`), where it applies: (squared)
+    Euclidean, numeric columns, ``d`` and ``k`` within the kernel's limits, finite values. Else None: the
+    general path (which names a NaN's row and column, or skips it)."""
     if dev.type != "cuda" or metric not in ("euclidean", "sqeuclidean"):
         return None
     backend, _ = select("knn_tile_topk", dev)
     if backend != "triton":
         return None
     from densitas.neighbors import _triton as fused
-    from densitas.neighbors.stream import HostChunks, NonFiniteError, stream_kneighbors
+    from densitas.neighbors.stream import NonFiniteError, stream_kneighbors
 
-    rows = _host_rows(X)
-    if rows is not None:
-        src = HostChunks(rows)
-    elif isinstance(X, str) or hasattr(X, "to_arrow_reader") or type(X).__module__.startswith("pathlib") \
-            or hasattr(X, "fetch_arrow_reader"):
-        refs = build_references(X, get_metric(metric), None, missing)
-        if refs.source is None or refs.schema.nominal or refs.float_dtype != np.float32:
-            return None
-
-        def blocks(n_rows: int, refs=refs):
-            for off, enc in refs.blocks(n_rows, torch.device("cpu")):
-                yield off, enc.num
-
-        src = HostChunks(blocks=blocks, n_rows=refs.n_rows, width=refs.schema.n_columns)
-    else:
+    got = host_source(X, Y, missing, dev)
+    if got is None:
         return None
-    if isinstance(Y, torch.Tensor):
-        Yt = Y.detach()
-    else:
-        try:
-            Yt = torch.as_tensor(np.asarray(Y))
-        except (TypeError, ValueError):
-            return None
-    if Yt.ndim != 2 or Yt.shape[1] != src.width or not Yt.is_floating_point():
-        return None
+    src, Yt = got
     kk = check_k(k, src.n_rows)
     if fused._pow2(kk + max(8, kk // 4)) > fused.MAX_KP or src.width > fused.MAX_D or src.width == 0:
         return None
