@@ -344,7 +344,9 @@ def stream_kneighbors(Y: Any, X: HostChunks | Any, k: int, *, metric: str = "euc
     # ---- plan: a quarter of the budget for the query tile's state, the rest for the chunks
     per_query = d * 8 * 2 + d * 4 + k * 32 + 8 + kp * 8 * 24 + kp * d * 8 * 3
     q_rows = int(max(1, min(m, cap // 4 // per_query))) if m else 1
-    per_row = d * 4 * 3 + 16 + (d * 4 * 2 if not stats.pinned_source and dev.type == "cuda" else 0)
+    # per reference row of a chunk: two device buffers, the centred copy, the kernel driver's squared rows,
+    # norms; pinned staging (host) when the source is not pinned
+    per_row = d * 4 * 4 + 16 + (d * 4 * 2 if not stats.pinned_source and dev.type == "cuda" else 0)
     if chunk_rows is None:
         plan = plan_chunks(max(n, 1), per_row, budget=max(cap - q_rows * per_query, per_row), align=_KERNEL_ALIGN)
         rows = min(plan[0].stop, max(_KERNEL_ALIGN, MAX_CHUNK_BYTES // (4 * d)))
@@ -387,7 +389,7 @@ def stream_kneighbors(Y: Any, X: HostChunks | Any, k: int, *, metric: str = "euc
             if c > kp:
                 # rows the kernel drops are at least min(seed, its kp-th value) less the rounding bound ε; the
                 # seed, the running exact k-th value plus 2ε, keeps every row that could still enter
-                cmax = (Rc * Rc).sum(1).amax().to(torch.float64).sqrt() * (1.0 + 1e-5)
+                cmax = torch.linalg.vector_norm(Rc, dim=1).amax().to(torch.float64) * (1.0 + 1e-5)
                 eps = 4 * (u + d * 2.0**-23) * qn * cmax + (d + 4) * 2.0**-22 * (qn**2 + cmax**2)
                 kth = state["d"][:, k - 1] if state["d"].shape[1] >= k else torch.full_like(qn, math.inf)
                 seed = torch.nextafter((kth + 2.0 * eps * (1.0 + 1e-6)).to(torch.float32),
