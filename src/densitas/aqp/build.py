@@ -15,7 +15,27 @@ combination of ``G`` values present (a *group*):
   KDE estimator (see :mod:`densitas.aqp.synopsis`).
 
 Everything is written to the ``densitas`` schema of the same database inside one transaction: a build that
-fails leaves the previous synopsis of the table untouched and usable.
+fails leaves the previous synopsis of the table untouched and usable. The tables and their columns are those of
+:mod:`densitas.aqp.store`.
+
+:func:`build` runs these steps in order, each a function of its own:
+
+1. :func:`resolve_columns`: the synopsis columns and GROUP BY columns, checked against the table;
+2. :func:`read_statistics`: row count, per-column NULLs, range and distinct count, the data fingerprint;
+3. :func:`count_groups` and :func:`plan_bins`: the groups, the byte budget and the bins per column;
+4. :func:`find_bin_edges`: distinct values (discrete columns) or quantile edges (the others);
+   then, inside the transaction,
+5. :func:`write_groups`: the group table (group id, GROUP BY values, rows);
+6. :func:`bin_rows`: every row's group id and fine bin per column, in a temporary table;
+7. :func:`write_histograms`: the fine 1-D histograms, and each bin's occupied range with the edges;
+8. :func:`write_sum_grids`: per column, per cell, the counts and every numeric column's sums;
+9. :func:`probe_dependence` and :func:`write_pair_grids`: the dependence of every pair, grids for the
+   dependent ones;
+10. :func:`draw_sample`: the stratified sample, and :func:`_bandwidths` for the KDE estimator;
+11. :func:`swap_catalog`: the catalog row replaced, the previous synopsis' tables dropped.
+
+SQL is built with sqlglot (identifiers quoted, values as parameters); what DuckDB alone speaks (ASOF JOIN, list
+aggregates, ``hash``, temporary tables, row ids) comes from the :class:`~densitas.aqp.connector.Connector`.
 """
 
 from __future__ import annotations
@@ -30,19 +50,33 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import sqlglot
+from sqlglot import exp
 
 from densitas.aqp.columns import ColumnInfo, classify
-from densitas.aqp.connector import Connector, quote, table_ref
-from densitas.exceptions import DensitasError, InputError
+from densitas.aqp.connector import Connector, table_expr
+from densitas.aqp.store import (
+    FORMAT_VERSION,
+    INDEX_MAX,
+    KINDS,
+    SCHEMA,
+    SynopsisTables,
+    catalog_ids,
+    cell_map,
+    drop_synopsis,
+    edges_layout,
+    ensure_schema,
+    marg_layout,
+    pairs_layout,
+    set_build_seconds,
+    stored_bytes,
+    write_catalog,
+)
+from densitas.exceptions import InputError
 
 __all__ = ["BuildOptions", "build", "ensure_schema", "fingerprint_sql"]
-
-SCHEMA = "densitas"
-FORMAT_VERSION = 3
-KINDS = ("marg", "sums", "pairs", "sample", "edges", "groups")
-# bin, cell and group numbers are stored as SMALLINT: BuildOptions keeps max_bins and max_groups (and with them
-# every bin, cell and group id) within its range
-INDEX_MAX = 32767
+# the stored format's names, kept importable from here
+__all__ += ["FORMAT_VERSION", "INDEX_MAX", "KINDS", "SCHEMA", "cell_map"]
 
 
 @dataclass
@@ -92,102 +126,76 @@ class BuildOptions:
                              f"(group ids are stored as SMALLINT). Got {self.max_groups!r} instead.")
 
 
-def ensure_schema(con: Connector) -> None:
-    con.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
-    con.execute(f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.synopses (
-        table_name VARCHAR PRIMARY KEY, id VARCHAR, version INTEGER, created_at TIMESTAMP, build_seconds DOUBLE,
-        rows BIGINT, fingerprint VARCHAR, columns VARCHAR, group_by VARCHAR, grids VARCHAR, options VARCHAR,
-        bandwidths VARCHAR, size_bytes BIGINT, table_bytes BIGINT)""")
-
-
-def _row_id(con: Connector, src: str) -> str:
-    """``rowid`` where ``src`` is a base table (stable row ids), else NULL."""
-    try:
-        con.fetch_rows(f"SELECT rowid FROM {src} LIMIT 0")
-    except DensitasError:
-        return "NULL::BIGINT"
-    return "rowid"
-
 
 def fingerprint_sql(table: str, columns: Sequence[str]) -> str:
-    """SQL of the data fingerprint: row count and an order-independent hash of the synopsis columns."""
-    cols = ", ".join(quote(c) for c in columns)
-    return f"SELECT count(*), bit_xor(hash({cols})) FROM {table_ref(table)}"
+    """DuckDB SQL of the data fingerprint: row count and an order-independent hash of the synopsis columns.
+
+    Examples
+    --------
+    >>> print(fingerprint_sql("t", ["x", "y"]))
+    SELECT COUNT(*), BIT_XOR(HASH("x", "y")) FROM "t"
+    """
+    from densitas.aqp.connector import duckdb_fingerprint
+
+    return duckdb_fingerprint(table, list(columns)).sql("duckdb")
 
 
-MARG_CELL_BYTES = 2 + 2 + 2 + 4 + 8  # col, gid, bin, n, s
-PAIR_CELL_BYTES = 2 + 2 + 2 + 2 + 4  # pair, gid, c0, c1, n
-EDGE_BYTES = 4 + 4 + 8 + 8 + 8  # col, bin, lo, vmin, vmax
+MARG_CELL_BYTES = marg_layout().row_bytes  # col, gid, bin, n, s
+EDGE_BYTES = edges_layout().row_bytes  # col, bin, lo, vmin, vmax
+PAIR_CELL_BYTES = pairs_layout().row_bytes  # pair, gid, c0, c1, n
 # tables with more rows take their quantile edges from a seeded hash sample of about this many rows
 QUANTILE_SAMPLE_ROWS = 2_000_000
 PROBE_RES = 16
+BINNED = "_densitas_binned"  # temporary: every row's group id, fine bins and values
+EDGES_TMP = "_densitas_edges"  # temporary: the bins' lower edges, for binning
+QUOTA = "_densitas_quota"  # temporary: each group's sample quota
 
 
-def _marginal_bins(infos: list[ColumnInfo], n_groups: int, opts: BuildOptions, budget: int) -> list[int]:
-    """Bins per column: the 1-D share of the budget split evenly (dense estimate); columns with fewer distinct
-    values than their share hand the slack to the others."""
-    k = len(infos)
-    per_col = opts.shares[1] * budget / (k * (n_groups * MARG_CELL_BYTES + EDGE_BYTES))
-    cards = [min(info.distinct, opts.max_bins) for info in infos]
-    bins = list(cards)
-    slack_cols = [i for i in range(k) if cards[i] > per_col]
-    spare = sum(per_col - cards[i] for i in range(k) if cards[i] <= per_col)
-    for i in slack_cols:
-        bins[i] = int(max(16, min(cards[i], per_col + spare / max(len(slack_cols), 1))))
-    return bins
+def _col(name: str, qualifier: str | None = None) -> exp.Column:
+    """A quoted column, optionally qualified."""
+    return exp.column(name, table=qualifier, quoted=True)
 
 
-def _levels(bins: int, top: int) -> list[int]:
-    """Candidate resolutions of one dimension of a pair grid: powers of two below ``bins``, then ``bins`` itself
-    (the fine bins) when it is at most ``top``."""
-    out = [r for r in (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096) if r < bins and r <= top]
-    if bins <= top:
-        out.append(bins)
-    return out or [min(bins, top)]
+def _num(v: int) -> exp.Literal:
+    """An integer the build computes (a column index, a resolution) as a SQL literal."""
+    return exp.Literal.number(int(v))
 
 
-def cell_map(res: int, bins: int) -> np.ndarray:
-    """Fine bin (0 = NULL, 1..bins) -> cell (0 = NULL, 1..res) of a grid dimension of resolution ``res``. Maps of
-    powers of two nest, so a finer grid coarsens to a coarser one by summing."""
-    fine = np.arange(bins + 1)
-    if res >= bins:
-        return fine
-    return np.where(fine == 0, 0, 1 + (fine - 1) * res // bins)
+def _count() -> exp.Count:
+    return exp.Count(this=exp.Star())
 
 
-def dependence(counts: np.ndarray) -> float:
-    """Dependence score of a pair from its probe histograms ``(G, r0, r1)`` (non-NULL cells): the total-variation
-    distance between the joint and the product of the marginals, less the distance sampling noise alone gives
-    under independence, averaged over groups by their rows."""
-    total = counts.sum()
-    if total <= 0:
-        return 0.0
-    score = 0.0
-    for c in counts:
-        n = c.sum()
-        if n <= 0:
-            continue
-        e = np.outer(c.sum(axis=1), c.sum(axis=0)) / n
-        tv = 0.5 * np.abs(c - e).sum() / n
-        noise = 0.5 * np.sqrt(2 / np.pi * e * np.clip(1 - e / n, 0, None)).sum() / n
-        score += n / total * max(0.0, tv - noise)
-    return float(score)
+def _int_param(value: int) -> exp.Expression:
+    """A parameter typed as DuckDB types an integer literal (the hash of a value depends on its type)."""
+    return exp.cast(exp.Placeholder(), "INTEGER" if -2**31 <= value < 2**31 else "BIGINT")
 
 
-def _coarse_sql(col: int, res: int, bins: int) -> str:
-    b = f"b{col}"
-    if res >= bins:
-        return b
-    return f"CASE WHEN {b} = 0 THEN 0 ELSE 1 + ({b} - 1) * {res} // {bins} END"
+# ---- the steps ------------------------------------------------------------------------------------------------
 
 
-def build(con: Connector, table: str, columns: Sequence[str] | None = None, group_by: Sequence[str] | None = None,
-          options: BuildOptions | None = None, progress: Callable[[str, float], None] | None = None) -> dict:
-    """Build (or atomically replace) the synopsis of ``table``; returns its metadata row as a dict."""
-    opts = options or BuildOptions()
-    opts.check()
-    say = progress or (lambda step, frac: None)
-    t0 = time.perf_counter()
+@dataclass
+class Columns:
+    """The synopsis columns (kinds known, statistics filled by :func:`read_statistics`) and GROUP BY columns."""
+
+    infos: list[ColumnInfo]
+    group_by: list[str]
+    group_types: list[tuple[str, str]]  # (name, SQL type) of each GROUP BY column
+
+    @property
+    def names(self) -> list[str]:
+        return [info.name for info in self.infos]
+
+
+def resolve_columns(con: Connector, table: str, columns: Sequence[str] | None, group_by: Sequence[str] | None
+                    ) -> Columns:
+    """Check ``columns`` and ``group_by`` against ``table``; ``columns=None``: every numeric/date column not in
+    ``group_by``.
+
+    Raises
+    ------
+    InputError
+        A column is missing, listed twice, of a type a synopsis cannot hold, or both kinds of column.
+    """
     schema_cols = con.columns(table)
     types = dict(schema_cols)
     group_by = list(group_by or [])
@@ -215,20 +223,37 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
         if len(set(columns)) != len(columns):
             raise InputError(f"columns lists a column twice: {columns}.")
     infos = [ColumnInfo(c, types[c], *classify(types[c])) for c in columns]
-    src = table_ref(table)
-    ensure_schema(con)
+    return Columns(infos, group_by, [(g, types[g]) for g in group_by])
 
-    # 1. statistics and fingerprint in one scan
-    say("statistics", 0.0)
-    parts = ["count(*)"]
-    for info in infos:
-        e = info.expr
-        parts += [f"count({e})", f"min({e})", f"max({e})", f"count(DISTINCT {e})"]
-    stats = con.fetch_rows(f"SELECT {', '.join(parts)} FROM {src}")[0]
+
+@dataclass
+class TableStats:
+    """What one scan of the table says: its rows, data fingerprint and storage size."""
+
+    rows: int
+    fingerprint: str  # "<rows>:<hash>" (see :func:`fingerprint_sql`)
+    table_bytes: int
+
+
+def read_statistics(con: Connector, table: str, cols: Columns) -> TableStats:
+    """Row count and, per column, non-NULL count, range and distinct count (filled into ``cols.infos``); the
+    fingerprint and storage size of the table.
+
+    Raises
+    ------
+    InputError
+        The table has fewer than 2 rows, or a column is entirely NULL or holds NaN or infinity.
+    """
+    parts: list[exp.Expression] = [_count()]
+    for info in cols.infos:
+        e = con.to_line(info.column, info.kind)
+        parts += [exp.Count(this=e.copy()), exp.Min(this=e.copy()), exp.Max(this=e.copy()),
+                  exp.Count(this=exp.Distinct(expressions=[e.copy()]))]
+    stats = con.fetch_rows(sqlglot.select(*parts).from_(table_expr(table)))[0]
     n_rows = int(stats[0])
     if n_rows < 2:
         raise InputError(f"table {table!r} has {n_rows} rows; a synopsis needs at least 2.")
-    for j, info in enumerate(infos):
+    for j, info in enumerate(cols.infos):
         nn, lo, hi, nd = stats[1 + 4 * j: 5 + 4 * j]
         if nn == 0:
             raise InputError(f"column {info.name!r} of {table!r} is entirely NULL.")
@@ -236,50 +261,103 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
             raise InputError(f"column {info.name!r} holds non-finite values (NaN or infinity); the synopsis "
                              "cannot place them. Clean or exclude the column.")
         info.nullable, info.lo, info.hi, info.distinct = nn < n_rows, float(lo), float(hi), int(nd)
-    fp = con.fetch_rows(fingerprint_sql(table, columns + group_by))[0]
-    fingerprint = f"{int(fp[0])}:{fp[1]}"
-    table_bytes = con.table_bytes(table)
+    fp = con.fetch_rows(con.fingerprint_query(table, cols.names + cols.group_by))[0]
+    return TableStats(n_rows, f"{int(fp[0])}:{fp[1]}", con.table_bytes(table))
 
-    # 2. groups
-    say("groups", 0.1)
-    if group_by:
-        gsel = ", ".join(quote(g) for g in group_by)
-        n_groups = con.fetch_rows(f"SELECT count(*) FROM (SELECT DISTINCT {gsel} FROM {src})")[0][0]
-        if n_groups > opts.max_groups:
-            raise InputError(f"group_by {group_by} has {n_groups} combinations, more than max_groups="
-                             f"{opts.max_groups}; GROUP BY columns must have few distinct values.")
-    else:
-        n_groups = 1
 
+def count_groups(con: Connector, table: str, group_by: list[str], max_groups: int) -> int:
+    """The number of GROUP BY combinations present (1 without GROUP BY columns).
+
+    Raises
+    ------
+    InputError
+        More than ``max_groups`` combinations.
+    """
+    if not group_by:
+        return 1
+    distinct = sqlglot.select(*(_col(g) for g in group_by)).distinct().from_(table_expr(table))
+    n_groups = con.fetch_rows(sqlglot.select(_count()).from_(distinct.subquery()))[0][0]
+    if n_groups > max_groups:
+        raise InputError(f"group_by {group_by} has {n_groups} combinations, more than max_groups="
+                         f"{max_groups}; GROUP BY columns must have few distinct values.")
+    return n_groups
+
+
+@dataclass
+class Plan:
+    """The build's budget and bins: bytes for the whole synopsis, groups, bins per column (final once the
+    edges are known)."""
+
+    budget: int
+    n_groups: int
+    bins: list[int]
+
+
+def plan_bins(infos: list[ColumnInfo], n_groups: int, opts: BuildOptions, table_bytes: int) -> Plan:
+    """The byte budget (``budget_bytes``, else ``budget_fraction`` of the table's storage, at least
+    ``min_budget_bytes``) and each column's number of bins (:func:`_marginal_bins`)."""
     budget = opts.budget_bytes or max(opts.min_budget_bytes, int(opts.budget_fraction * table_bytes))
-    bins = _marginal_bins(infos, n_groups, opts, budget)
+    return Plan(budget, n_groups, _marginal_bins(infos, n_groups, opts, budget))
 
-    # 3. bin edges: distinct values of discrete columns, quantiles otherwise
-    say("bins", 0.15)
-    # one scan computes every column's distinct values (discrete) or quantiles (the others)
-    aggs, nqs = [], {}
+
+def _marginal_bins(infos: list[ColumnInfo], n_groups: int, opts: BuildOptions, budget: int) -> list[int]:
+    """Bins per column: the 1-D share of the budget split evenly (dense estimate); columns with fewer distinct
+    values than their share hand the slack to the others."""
+    k = len(infos)
+    per_col = opts.shares[1] * budget / (k * (n_groups * MARG_CELL_BYTES + EDGE_BYTES))
+    cards = [min(info.distinct, opts.max_bins) for info in infos]
+    bins = list(cards)
+    slack_cols = [i for i in range(k) if cards[i] > per_col]
+    spare = sum(per_col - cards[i] for i in range(k) if cards[i] <= per_col)
+    for i in slack_cols:
+        bins[i] = int(max(16, min(cards[i], per_col + spare / max(len(slack_cols), 1))))
+    return bins
+
+
+def find_bin_edges(con: Connector, table: str, infos: list[ColumnInfo], plan: Plan, n_rows: int, seed: int
+                   ) -> None:
+    """Each column's bin edges (``info.edges``, ``info.discrete``; ``plan.bins`` updated to the bins made).
+
+    A column with at most its share of distinct values is *discrete*: its bins are its values. The others
+    get half their edges at quantiles (equal mass) and half evenly spaced between the 0.1% and 99.9% quantiles
+    (quantile bins alone grow wide, and their uniform spread poor, where the density is low), on the column's
+    value grid. One scan computes every column's values; tables over :data:`QUANTILE_SAMPLE_ROWS` rows take the
+    quantiles from a seeded hash sample of about that many rows (an edge need not be an exact quantile: the
+    histograms stay exact).
+    """
+    bins = plan.bins
+    aggs: list[exp.Expression] = []  # per column: the aggregate computing its values
+    nqs = {}
     for j, info in enumerate(infos):
         info.discrete = info.distinct <= bins[j]
+        value = con.to_line(info.column, info.kind)
         if info.discrete:
-            aggs.append(f"list(DISTINCT {info.expr} ORDER BY {info.expr}) "
-                        f"FILTER (WHERE {quote(info.name)} IS NOT NULL)")
+            aggs.append(con.distinct_values(value, info.name))
         else:
-            # half the edges at quantiles (equal mass), half evenly spaced between the 0.1% and 99.9% quantiles:
-            # quantile bins alone grow wide, and their uniform spread poor, where the density is low
             nqs[j] = (bins[j] + 1) // 2
-            qs = ", ".join(repr(i / nqs[j]) for i in range(nqs[j]))
-            aggs.append(f"quantile_disc({info.expr}, [{qs}, 0.001, 0.999])")
-    # quantile edges of a large table come from a seeded sample of its rows (sorting every value of every column
-    # is most of a 60 M-row build); an edge need not be an exact quantile, the histograms stay exact
+            aggs.append(con.quantiles(value, [i / nqs[j] for i in range(nqs[j])] + [0.001, 0.999]))
     qcols = [j for j in range(len(infos)) if not infos[j].discrete]
     big = n_rows > QUANTILE_SAMPLE_ROWS and qcols
-    full = [a for j, a in enumerate(aggs) if not big or infos[j].discrete]
-    got_full = iter(con.fetch_rows(f"SELECT {', '.join(full)} FROM {src}")[0]) if full else iter(())
+    src = table_expr(table)
+
+    def fetch(cols: list[int], where: tuple[exp.Expression, list] | None = None) -> list:
+        q = sqlglot.select(*(aggs[j] for j in cols)).from_(src)
+        params: list = []
+        if where is not None:
+            q, params = q.where(where[0]), where[1]
+        return list(con.fetch_rows(q, params)[0])
+
+    full = [j for j in range(len(infos)) if not big or infos[j].discrete]
+    got_full = iter(fetch(full)) if full else iter(())
     if big:  # about QUANTILE_SAMPLE_ROWS rows by a seeded hash of the row id: the same rows whatever the threads
-        rid = _row_id(con, src)
-        keep = f"hash({rid}, {int(opts.seed) + 7919}) % {math.ceil(n_rows / QUANTILE_SAMPLE_ROWS)} = 0" \
-            if rid == "rowid" else "true"
-        got_q = iter(con.fetch_rows(f"SELECT {', '.join(aggs[j] for j in qcols)} FROM {src} WHERE {keep}")[0])
+        rid = con.row_id(table)
+        if rid is not None:
+            salt, every = int(seed) + 7919, math.ceil(n_rows / QUANTILE_SAMPLE_ROWS)
+            keep = (exp.Mod(this=con.row_hash(rid, _int_param(salt)), expression=exp.Placeholder())
+                    .eq(_num(0)), [salt, every])
+        else:
+            keep = (exp.true(), [])
+        got_q = iter(fetch(qcols, keep))
     else:
         got_q = iter(())
     got = [next(got_q) if big and not infos[j].discrete else next(got_full) for j in range(len(infos))]
@@ -298,176 +376,419 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
             info.edges = edges
         bins[j] = info.bins
 
-    syn_id = uuid.uuid4().hex[:12]
-    marg_t, sums_t, pairs_t, sample_t, edges_t, groups_t = (f"{SCHEMA}.{kind}_{syn_id}" for kind in KINDS)
-    old = con.fetch_rows(f"SELECT id FROM {SCHEMA}.synopses WHERE table_name = ?", [table])
-    with con.transaction():
-        # 4. group ids and edge tables (temporary), then every row's bins (one ASOF JOIN per column)
-        if group_by:
-            gsel = ", ".join(quote(g) for g in group_by)
-            con.execute(f"CREATE TABLE {groups_t} AS SELECT row_number() OVER (ORDER BY {gsel}) - 1 AS gid, * "
-                        f"FROM (SELECT {gsel}, count(*) AS n FROM {src} GROUP BY {gsel})")
+
+def write_groups(con: Connector, tables: SynopsisTables, table: str, cols: Columns) -> None:
+    """The group table: group id (by the GROUP BY values in order), the values, the group's rows."""
+    lay = tables.groups
+    src = table_expr(table)
+    gid_type, n_type = lay.columns[0].sql_type, lay.columns[-1].sql_type
+    if cols.group_by:
+        keys = [_col(g) for g in cols.group_by]
+        counts = sqlglot.select(*keys, exp.alias_(_count(), "n", quoted=True)).from_(src).group_by(*keys)
+        order = exp.Order(expressions=[exp.Ordered(this=k.copy()) for k in keys])
+        gid = exp.Sub(this=exp.Window(this=exp.RowNumber(), order=order), expression=_num(1))
+        rows = sqlglot.select(exp.alias_(exp.cast(gid, gid_type), "gid", quoted=True),
+                              *(k.copy() for k in keys), exp.alias_(exp.cast(_col("n"), n_type), "n", quoted=True)
+                              ).from_(counts.subquery())
+    else:
+        rows = sqlglot.select(exp.alias_(exp.cast(_num(0), gid_type), "gid", quoted=True),
+                              exp.alias_(exp.cast(_count(), n_type), "n", quoted=True)).from_(src)
+    con.execute(exp.Create(this=lay.table(tables.id), kind="TABLE", expression=rows))
+
+
+@dataclass
+class Binned:
+    """The temporary table of every row's group id ``gid``, fine bin ``b<j>`` (0 = NULL) and value ``v<j>`` on
+    the numeric line per column, and its table row id ``_densitas_rid`` (NULL where the table has none)."""
+
+    name: str
+    n_columns: int
+
+    @property
+    def table(self) -> exp.Table:
+        return exp.table_(self.name, quoted=True)
+
+    @staticmethod
+    def b(j: int) -> exp.Column:
+        return _col(f"b{j}")
+
+    @staticmethod
+    def v(j: int) -> exp.Column:
+        return _col(f"v{j}")
+
+    def coarse(self, j: int, res: int, bins: int) -> exp.Expression:
+        """Column ``j``'s cell at resolution ``res`` (0 = NULL): the fine bins ``1..bins`` in ``res`` runs (see
+        :func:`~densitas.aqp.store.cell_map`)."""
+        if res >= bins:
+            return self.b(j)
+        scaled = exp.Mul(this=exp.paren(exp.Sub(this=self.b(j), expression=_num(1))), expression=_num(res))
+        return exp.case().when(self.b(j).eq(_num(0)), _num(0)).else_(
+            exp.Add(this=_num(1), expression=exp.IntDiv(this=scaled, expression=_num(bins))))
+
+
+def bin_rows(con: Connector, tables: SynopsisTables, table: str, cols: Columns) -> Binned:
+    """Every row's group id and fine bin per column, into a temporary table (:class:`Binned`).
+
+    A discrete column's bin comes from an equality join on its value; the others' from an ASOF join on the
+    lower edge. The table's row ids go along, so that the sample is a seeded function of them whatever the
+    threads do.
+    """
+    infos = cols.infos
+    edges = pd.DataFrame({"col": np.concatenate([np.full(info.bins, j, dtype=np.int32)
+                                                 for j, info in enumerate(infos)]),
+                          "bin": np.concatenate([np.arange(1, info.bins + 1, dtype=np.int32) for info in infos]),
+                          "lo": np.concatenate([info.edges.astype(np.float64) for info in infos])})
+    con.create_temp_table(EDGES_TMP, edges)
+    rid = con.row_id(table)
+    sel = [exp.alias_(con.to_line(info.column, info.kind), f"v{j}", quoted=True) for j, info in enumerate(infos)]
+    sel += [_col(g) for g in cols.group_by]
+    sel.append(exp.alias_(rid if rid is not None else exp.cast(exp.null(), "BIGINT"), "_densitas_rid", quoted=True))
+    source = sqlglot.select(*sel).from_(table_expr(table)).subquery("s")
+    if cols.group_by:
+        gid: exp.Expression = _col("gid", "g")
+    else:
+        gid = _num(0)
+    q = sqlglot.select(exp.alias_(gid, "gid", quoted=True),
+                       *(exp.alias_(exp.func("coalesce", _col("bin", f"e{j}"), _num(0)), f"b{j}", quoted=True)
+                         for j in range(len(infos))),
+                       *(_col(f"v{j}", "s") for j in range(len(infos))), _col("_densitas_rid", "s")).from_(source)
+    if cols.group_by:
+        on = exp.and_(*(exp.NullSafeEQ(this=_col(g, "s"), expression=_col(g, "g")) for g in cols.group_by))
+        q = q.join(exp.alias_(tables.table("groups"), "g", table=True, quoted=True), on=on)
+    for j, info in enumerate(infos):
+        edges_j = sqlglot.select(_col("bin"), _col("lo")).from_(exp.table_(EDGES_TMP, quoted=True)) \
+            .where(_col("col").eq(_num(j))).subquery()
+        if info.discrete:
+            q = q.join(exp.alias_(edges_j, f"e{j}", table=True, quoted=True), join_type="LEFT",
+                       on=_col(f"v{j}", "s").eq(_col("lo", f"e{j}")))
         else:
-            con.execute(f"CREATE TABLE {groups_t} AS SELECT 0 AS gid, count(*) AS n FROM {src}")
-        con.execute(f"CREATE TABLE {edges_t} (col INTEGER, bin INTEGER, lo DOUBLE, vmin DOUBLE, vmax DOUBLE)")
-        for j, info in enumerate(infos):
-            con.execute(f"INSERT INTO {edges_t} SELECT {j}, unnest(range(1, {info.bins + 1})), unnest(?::DOUBLE[]), "
-                        "NULL, NULL", [info.edges.tolist()])
+            q = con.asof_left_join(q, edges_j, f"e{j}", _col(f"v{j}", "s"), "lo")
+    con.create_temp_table(BINNED, q)
+    _drop(con, exp.table_(EDGES_TMP, quoted=True))
+    return Binned(BINNED, len(infos))
+
+
+def _drop(con: Connector, tbl: exp.Table) -> None:
+    con.execute(exp.Drop(tables=[tbl], kind="TABLE"))
+
+
+def write_histograms(con: Connector, tables: SynopsisTables, binned: Binned, infos: list[ColumnInfo]) -> None:
+    """The fine 1-D histograms (exact count and sum per group and bin), and the edges with each bin's occupied
+    range over the whole table (its smallest and largest value: the model spreads the bin's rows over it)."""
+    marg = tables.marg.table(tables.id)
+    con.execute(tables.marg.create(tables.id))
+    frames = []
+    for j, info in enumerate(infos):
+        hist = sqlglot.select(_num(j), _col("gid"), binned.b(j), _count(), exp.Sum(this=binned.v(j))) \
+            .from_(binned.table).group_by(_col("gid"), binned.b(j))
+        con.execute(exp.insert(hist, marg))
+        occupied = sqlglot.select(exp.alias_(binned.b(j), "bin", quoted=True),
+                                  exp.alias_(exp.Min(this=binned.v(j)), "vmin", quoted=True),
+                                  exp.alias_(exp.Max(this=binned.v(j)), "vmax", quoted=True)) \
+            .from_(binned.table).where(binned.b(j) > _num(0)).group_by(binned.b(j))
+        occ = con.fetch_df(occupied)
+        vmin = np.full(info.bins, np.nan)
+        vmax = np.full(info.bins, np.nan)
+        idx = occ["bin"].to_numpy(dtype=np.int64) - 1
+        vmin[idx] = occ["vmin"].to_numpy(dtype=np.float64)
+        vmax[idx] = occ["vmax"].to_numpy(dtype=np.float64)
+        frames.append(pd.DataFrame({"col": np.full(info.bins, j, dtype=np.int32),
+                                    "bin": np.arange(1, info.bins + 1, dtype=np.int32),
+                                    "lo": info.edges.astype(np.float64),
+                                    "vmin": pd.array(np.where(np.isnan(vmin), None, vmin), dtype="Float64"),
+                                    "vmax": pd.array(np.where(np.isnan(vmax), None, vmax), dtype="Float64")}))
+    con.execute(tables.edges.create(tables.id))
+    con.insert_frame(tables.edges.table(tables.id), pd.concat(frames, ignore_index=True))
+
+
+def write_sum_grids(con: Connector, tables: SynopsisTables, binned: Binned, infos: list[ColumnInfo], plan: Plan,
+                    opts: BuildOptions) -> list[int]:
+    """Per column, per (group, cell of the column's sum grid), the row count and every numeric column's sum and
+    non-NULL count (SUM/AVG of one column under predicates on another); returns each column's resolution, the
+    finest whose dense size fits the sum grids' share of the budget."""
+    lay = tables.sums
+    numeric = [j for j, info in enumerate(infos) if info.numeric]
+    nullable = [j for j in numeric if infos[j].nullable]
+    values = [_count()] + [exp.Sum(this=binned.v(j)) for j in numeric] + [exp.Count(this=binned.v(j))
+                                                                          for j in nullable]
+    per_col = opts.shares[2] * plan.budget / (len(infos) * plan.n_groups * lay.row_bytes)
+    sum_res = []
+    for j in range(len(infos)):
+        levels = _levels(plan.bins[j], 4096)
+        sum_res.append(max([r for r in levels if r <= per_col], default=levels[0]))
+    con.execute(lay.create(tables.id))
+    for j in range(len(infos)):
+        cell = binned.coarse(j, sum_res[j], plan.bins[j])
+        grid = sqlglot.select(_num(j), _col("gid"), cell, *(v.copy() for v in values)).from_(binned.table) \
+            .group_by(_col("gid"), cell.copy())
+        con.execute(exp.insert(grid, lay.table(tables.id)))
+    return sum_res
+
+
+def probe_dependence(con: Connector, binned: Binned, plan: Plan) -> dict[tuple[int, int], float]:
+    """The dependence score (:func:`dependence`) of every pair of columns, from one GROUPING SETS query of
+    every pair's 16 x 16 probe histogram per group."""
+    k, bins = binned.n_columns, plan.bins
+    pairs_all = list(itertools.combinations(range(k), 2))
+    scores: dict[tuple[int, int], float] = {}
+    if not pairs_all:
+        return scores
+    probe = [min(PROBE_RES, bins[j]) for j in range(k)]
+    p = [_col(f"p{j}") for j in range(k)]
+    cells = sqlglot.select(_col("gid"), *(exp.alias_(binned.coarse(j, probe[j], bins[j]), f"p{j}", quoted=True)
+                                          for j in range(k))).from_(binned.table)
+    sets = exp.GroupingSets(expressions=[exp.Tuple(expressions=[_col("gid"), p[a].copy(), p[b].copy()])
+                                         for a, b in pairs_all])
+    rows = con.fetch_numpy(sqlglot.select(_col("gid"), *p, exp.alias_(_count(), "n", quoted=True))
+                           .from_(cells.subquery()).group_by(sets))
+    gid_a = np.asarray(rows["gid"], dtype=np.int64)
+    n_a = np.asarray(rows["n"], dtype=np.float64)
+    pv = {j: np.ma.filled(np.ma.asarray(rows[f"p{j}"]).astype(np.float64), np.nan) for j in range(k)}
+    for a_, b_ in pairs_all:
+        # rows of this grouping set: both coordinates set, the others NULL (GROUPING SETS pads with NULL)
+        sel = ~np.isnan(pv[a_]) & ~np.isnan(pv[b_])
+        for j in range(k):
+            if j not in (a_, b_):
+                sel &= np.isnan(pv[j])
+        ca, cb = pv[a_][sel].astype(np.int64), pv[b_][sel].astype(np.int64)
+        keep = (ca > 0) & (cb > 0)
+        h = np.zeros((plan.n_groups, probe[a_], probe[b_]))
+        np.add.at(h, (gid_a[sel][keep], ca[keep] - 1, cb[keep] - 1), n_a[sel][keep])
+        scores[(a_, b_)] = dependence(h)
+    return scores
+
+
+@dataclass
+class PairGrid:
+    """A stored pair grid: its id, columns, resolution per dimension and dependence score."""
+
+    id: int
+    cols: tuple[int, int]
+    res: tuple[int, int]
+    score: float
+
+    def to_dict(self) -> dict:
+        """The grid's entry in the catalog's ``grids`` JSON."""
+        return {"id": self.id, "cols": list(self.cols), "res": list(self.res), "score": self.score}
+
+
+def write_pair_grids(con: Connector, tables: SynopsisTables, binned: Binned, infos: list[ColumnInfo], plan: Plan,
+                     scores: dict[tuple[int, int], float], opts: BuildOptions, say: Callable[[str, float], None]
+                     ) -> list[PairGrid]:
+    """Grids for the dependent pairs (:func:`_choose_pairs`) in what the histograms and sum grids left of the
+    budget (the pair grids are sparse), less the sample's share."""
+    pair_budget = plan.budget * (1 - opts.shares[0]) - stored_bytes(con, tables, "marg", "sums", "edges", "groups")
+    chosen = _choose_pairs(con, binned, infos, plan.bins, scores, opts, pair_budget, say)
+    con.execute(tables.pairs.create(tables.id))
+    grids = []
+    for pi, (pair, res, cells) in enumerate(chosen):
+        frame = pd.DataFrame({"pair": np.full(len(cells[0]), pi, dtype=np.int16),
+                              "gid": cells[0].astype(np.int16), "c0": cells[1].astype(np.int16),
+                              "c1": cells[2].astype(np.int16), "n": cells[3].astype(np.int32)})
+        con.insert_frame(tables.pairs.table(tables.id), frame)
+        grids.append(PairGrid(pi, pair, res, scores[pair]))
+    return grids
+
+
+def sample_quotas(gsizes: np.ndarray, n_sample: int, fixed: bool) -> np.ndarray:
+    """Sample rows per group: proportional to the group's rows, at least ``min(N_g, 200)``; the proportional
+    part shrunk so that the floor keeps the total within ``n_sample`` (unless ``fixed``: a requested size).
+
+    Examples
+    --------
+    >>> sample_quotas(np.array([10_000, 1_000, 50]), 1_100, fixed=False).tolist()
+    [850, 200, 50]
+    """
+    def quotas(f: float) -> np.ndarray:
+        return np.minimum(gsizes, np.maximum(np.minimum(gsizes, 200),
+                                             np.floor(f * n_sample * gsizes / gsizes.sum()).astype(np.int64)))
+
+    lo_f, hi_f = 0.0, 1.0
+    for _ in range(30):
+        mid = (lo_f + hi_f) / 2
+        lo_f, hi_f = (mid, hi_f) if quotas(mid).sum() <= n_sample else (lo_f, mid)
+    return quotas(1.0) if fixed or quotas(1.0).sum() <= n_sample else quotas(lo_f)
+
+
+def draw_sample(con: Connector, tables: SynopsisTables, binned: Binned, plan: Plan, n_rows: int,
+                opts: BuildOptions) -> int:
+    """The stratified sample (:func:`sample_quotas` rows per group): each group's first rows in a seeded hash
+    order of the table's row ids; returns its size. The sample gets what the other tables left of the budget,
+    at most ``max_sample_rows`` (``sample_size`` when given).
+
+    A hash pre-filter keeps the sort small: it passes about ``2·q_g + 50`` rows of a group, and the ``q_g``
+    smallest hashes always pass it; where it passes too few (vanishingly rare) the draw runs without it.
+    """
+    k = binned.n_columns
+    used = stored_bytes(con, tables, "marg", "sums", "pairs", "edges", "groups")
+    n_sample = opts.sample_size or int(min(opts.max_sample_rows, max(2000, (plan.budget - used) / (2 + 8 * k))))
+    n_sample = min(n_sample, n_rows)
+    groups = tables.groups.table(tables.id)
+    gsizes = np.array(con.fetch_rows(sqlglot.select(_col("n")).from_(groups).order_by(_col("gid"))),
+                      dtype=np.int64).ravel()
+    quota = sample_quotas(gsizes, n_sample, bool(opts.sample_size))
+    frac = np.minimum(1.0, (2 * quota + 50) / np.maximum(gsizes, 1))
+    con.create_temp_table(QUOTA, pd.DataFrame({"gid": np.arange(len(quota), dtype=np.int64),
+                                               "q": np.asarray(quota, dtype=np.int64),
+                                               "frac": np.asarray(frac, dtype=np.float64)}))
+    key = exp.func("coalesce", _col("_densitas_rid", "b"), con.row_id(BINNED, qualifier="b"))
+    salted = exp.BitwiseXor(this=con.row_hash(key),
+                            expression=exp.cast(exp.Placeholder(), exp.DataType.build("UBIGINT", dialect="duckdb")))
+    h = con.row_hash(salted)  # the seed's salt is the statement's one parameter
+    hashed = sqlglot.select(exp.Column(this=exp.Star(), table=exp.to_identifier("b", quoted=True)),
+                            exp.alias_(h, "h", quoted=True)).from_(
+        exp.alias_(binned.table, "b", table=True, quoted=True))
+    rn = exp.Window(this=exp.RowNumber(), partition_by=[_col("gid")],
+                    order=exp.Order(expressions=[exp.Ordered(this=_col("h"))]))
+    lay = tables.sample
+    target = lay.table(tables.id)
+    con.execute(lay.create(tables.id))
+    salt = int(opts.seed) * 7919 + 1
+    for cond in (con.hash_unit(_col("h")) < _col("frac"), exp.true()):
+        ranked = sqlglot.select(exp.Star(), exp.alias_(rn.copy(), "rn", quoted=True)) \
+            .from_(hashed.subquery("x")).join(exp.table_(QUOTA, quoted=True), using=["gid"]).where(cond)
+        rows = sqlglot.select(exp.alias_(exp.cast(_col("gid"), lay.columns[0].sql_type), "gid", quoted=True),
+                              *(binned.v(j) for j in range(k))).from_(ranked.subquery("t")) \
+            .where(_col("rn") <= _col("q")).order_by(_col("gid"), _col("rn"))
+        con.execute(exp.delete(target))
+        con.execute(exp.insert(rows, target), [salt])
+        if con.fetch_rows(sqlglot.select(_count()).from_(target))[0][0] >= quota.sum():
+            break  # otherwise (vanishingly rare) the filter passed too few rows: draw without it
+    _drop(con, binned.table)
+    _drop(con, exp.table_(QUOTA, quoted=True))
+    return int(quota.sum())
+
+
+def swap_catalog(con: Connector, meta: dict, old_ids: list[str]) -> None:
+    """Replace the catalog row of the table by ``meta`` and drop the previous synopsis' tables (inside the
+    build's transaction: the swap is atomic)."""
+    _before_swap(meta)
+    write_catalog(con, meta)
+    for old_id in old_ids:
+        drop_synopsis(con, old_id)
+
+
+def build(con: Connector, table: str, columns: Sequence[str] | None = None, group_by: Sequence[str] | None = None,
+          options: BuildOptions | None = None, progress: Callable[[str, float], None] | None = None) -> dict:
+    """Build (or atomically replace) the synopsis of ``table``; returns its metadata row as a dict.
+
+    Parameters
+    ----------
+    con : Connector
+        The database holding ``table``; the synopsis is written to its ``densitas`` schema.
+    table : str
+        The table (``schema.table`` or ``table``).
+    columns : sequence of str, optional
+        Numeric, date or timestamp columns; default every such column not in ``group_by``.
+    group_by : sequence of str, optional
+        Categorical columns whose combinations are the groups (at most ``options.max_groups``).
+    options : BuildOptions, optional
+        Budget, bins, sample and seed.
+    progress : callable, optional
+        Called with each step's name and the fraction of the build done.
+
+    Returns
+    -------
+    dict
+        The catalog row (see :mod:`densitas.aqp.store`).
+
+    Raises
+    ------
+    InputError
+        Bad options, columns or group_by, a table too small, a column entirely NULL or non-finite.
+
+    Examples
+    --------
+    >>> import duckdb
+    >>> from densitas.aqp.connector import DuckDBConnector
+    >>> con = DuckDBConnector(duckdb.connect())
+    >>> con.execute("CREATE TABLE t AS SELECT i::DOUBLE AS x, (i % 7)::INTEGER AS k FROM range(5000) r(i)")
+    >>> meta = build(con, "t", options=BuildOptions(sample_size=500))
+    >>> meta["rows"], json.loads(meta["options"])["sample_size"]
+    (5000, 500)
+    """
+    opts = options or BuildOptions()
+    opts.check()
+    say = progress or (lambda step, frac: None)
+    t0 = time.perf_counter()
+    cols = resolve_columns(con, table, columns, group_by)
+    infos = cols.infos
+    ensure_schema(con)
+
+    say("statistics", 0.0)
+    stats = read_statistics(con, table, cols)
+    say("groups", 0.1)
+    plan = plan_bins(infos, count_groups(con, table, cols.group_by, opts.max_groups), opts, stats.table_bytes)
+    say("bins", 0.15)
+    find_bin_edges(con, table, infos, plan, stats.rows, opts.seed)
+
+    tables = SynopsisTables.of(uuid.uuid4().hex[:12], infos, cols.group_types)
+    old_ids = catalog_ids(con, table)
+    with con.transaction():
+        write_groups(con, tables, table, cols)
         say("binning rows", 0.2)
-        sel = [f"{info.expr} AS v{j}" for j, info in enumerate(infos)]
-        sel += [quote(g) for g in group_by]
-        # the sample hashes the table's own row ids, so that a seed draws the same rows whatever the threads do
-        # (a view has none: then the binned copy's row ids, which follow the scan's order)
-        rid = _row_id(con, src)
-        sel.append(f"{rid} AS _densitas_rid")
-        joins, bins_sel = [], []
-        for j, info in enumerate(infos):
-            # discrete columns: an equality (hash) join on the value; others: ASOF JOIN on the lower edge
-            kind, op = ("LEFT JOIN", "=") if info.discrete else ("ASOF LEFT JOIN", ">=")
-            joins.append(f"{kind} (SELECT bin, lo FROM {edges_t} WHERE col = {j}) e{j} ON s.v{j} {op} e{j}.lo")
-            bins_sel.append(f"coalesce(e{j}.bin, 0) AS b{j}")
-        gjoin = ""
-        gid = "0"
-        if group_by:
-            cond = " AND ".join(f"s.{quote(g)} IS NOT DISTINCT FROM g.{quote(g)}" for g in group_by)
-            gjoin = f"JOIN {groups_t} g ON {cond}"
-            gid = "g.gid"
-        vals = ", ".join(f"s.v{j}" for j in range(len(infos)))
-        con.execute(f"CREATE TEMP TABLE _densitas_binned AS SELECT {gid} AS gid, {', '.join(bins_sel)}, {vals}, "
-                    "s._densitas_rid "
-                    f"FROM (SELECT {', '.join(sel)} FROM {src}) s {gjoin} {' '.join(joins)}")
-
-        # 5. fine 1-D histograms: exact count and sum per (group, bin)
-        con.execute(f"CREATE TABLE {marg_t} (col SMALLINT, gid SMALLINT, bin SMALLINT, n INTEGER, s DOUBLE)")
-        for j in range(len(infos)):
-            con.execute(f"INSERT INTO {marg_t} SELECT {j}, gid, b{j}, count(*), sum(v{j}) FROM _densitas_binned "
-                        "GROUP BY ALL")
-            # each bin's occupied range over the whole table: the model spreads the bin's rows over it
-            con.execute(f"UPDATE {edges_t} SET vmin = m.vmin, vmax = m.vmax FROM (SELECT b{j} AS bin, "
-                        f"min(v{j}) AS vmin, max(v{j}) AS vmax FROM _densitas_binned WHERE b{j} > 0 GROUP BY ALL) m "
-                        f"WHERE {edges_t}.col = {j} AND {edges_t}.bin = m.bin")
-
-        # 5b. sum grids: per column, per (group, cell), the count and every numeric column's sum and non-NULL
-        # count (SUM/AVG of one column under predicates on another)
-        numeric = [j for j, info in enumerate(infos) if info.numeric]
-        nullable = [j for j in numeric if infos[j].nullable]
-        value_cols = ["n INTEGER"] + [f"s{j} DOUBLE" for j in numeric] + [f"nn{j} INTEGER" for j in nullable]
-        value_sql = ["count(*)"] + [f"sum(v{j})" for j in numeric] + [f"count(v{j})" for j in nullable]
-        sum_cell = 2 + 2 + 2 + 4 + 8 * len(numeric) + 4 * len(nullable)
-        per_col = opts.shares[2] * budget / (len(infos) * n_groups * sum_cell)
-        sum_res = []
-        for j in range(len(infos)):
-            levels = _levels(bins[j], 4096)
-            sum_res.append(max([r for r in levels if r <= per_col], default=levels[0]))
-        con.execute(f"CREATE TABLE {sums_t} (col SMALLINT, gid SMALLINT, cell SMALLINT, {', '.join(value_cols)})")
-        for j in range(len(infos)):
-            con.execute(f"INSERT INTO {sums_t} SELECT {j}, gid, {_coarse_sql(j, sum_res[j], bins[j])}, "
-                        f"{', '.join(value_sql)} FROM _densitas_binned GROUP BY ALL")
-
-        # 6. dependence of every pair on a 16 x 16 probe grid, then grids for the dependent pairs
+        binned = bin_rows(con, tables, table, cols)
+        write_histograms(con, tables, binned, infos)
+        sum_res = write_sum_grids(con, tables, binned, infos, plan, opts)
         say("dependence", 0.4)
-        k = len(infos)
-        pairs_all = list(itertools.combinations(range(k), 2))
-        scores: dict[tuple[int, int], float] = {}
-        if pairs_all:
-            probe = [min(PROBE_RES, bins[j]) for j in range(k)]
-            pc = ", ".join(f"{_coarse_sql(j, probe[j], bins[j])} AS p{j}" for j in range(k))
-            sets = ", ".join(f"(gid, p{a}, p{b})" for a, b in pairs_all)
-            keys = ", ".join(f"p{j}" for j in range(k))
-            rows = con.fetch_numpy(f"SELECT gid, {keys}, count(*) AS n FROM (SELECT gid, {pc} FROM "
-                                   f"_densitas_binned) GROUP BY GROUPING SETS ({sets})")
-            gid_a = np.asarray(rows["gid"], dtype=np.int64)
-            n_a = np.asarray(rows["n"], dtype=np.float64)
-            pv = {j: np.ma.filled(np.ma.asarray(rows[f"p{j}"]).astype(np.float64), np.nan) for j in range(k)}
-            for a_, b_ in pairs_all:
-                # rows of this grouping set: both coordinates set, the others NULL (GROUPING SETS pads with NULL)
-                sel = ~np.isnan(pv[a_]) & ~np.isnan(pv[b_])
-                for j in range(k):
-                    if j not in (a_, b_):
-                        sel &= np.isnan(pv[j])
-                ca, cb = pv[a_][sel].astype(np.int64), pv[b_][sel].astype(np.int64)
-                keep = (ca > 0) & (cb > 0)
-                h = np.zeros((n_groups, probe[a_], probe[b_]))
-                np.add.at(h, (gid_a[sel][keep], ca[keep] - 1, cb[keep] - 1), n_a[sel][keep])
-                scores[(a_, b_)] = dependence(h)
-        # the pair grids get what the histograms left (they are sparse), less the sample's share
-        pair_budget = budget * (1 - opts.shares[0]) - _stored_bytes(con, marg_t, sums_t, edges_t, groups_t)
-        chosen = _choose_pairs(con, infos, bins, scores, opts, pair_budget, say)
-        con.execute(f"CREATE TABLE {pairs_t} (pair SMALLINT, gid SMALLINT, c0 SMALLINT, c1 SMALLINT, n INTEGER)")
-        grid_list: list[dict] = []
-        for pi, (pair, res, cells) in enumerate(chosen):
-            frame = pd.DataFrame({"pair": np.full(len(cells[0]), pi, dtype=np.int16),
-                                  "gid": cells[0].astype(np.int16), "c0": cells[1].astype(np.int16),
-                                  "c1": cells[2].astype(np.int16), "n": cells[3].astype(np.int32)})
-            con.insert_frame(pairs_t, frame)
-            grid_list.append({"id": pi, "cols": list(pair), "res": list(res), "score": scores[pair]})
-        used = _stored_bytes(con, marg_t, sums_t, pairs_t, edges_t, groups_t)
-        n_sample = opts.sample_size or int(min(opts.max_sample_rows, max(2000, (budget - used) / (2 + 8 * k))))
-        n_sample = min(n_sample, n_rows)
-
-        # 6. the stratified sample: n_g proportional to the group's rows, at least min(N_g, 200)
+        scores = probe_dependence(con, binned, plan)
+        grids = write_pair_grids(con, tables, binned, infos, plan, scores, opts, say)
         say("sample", 0.9)
-        gsizes = np.array(con.fetch_rows(f"SELECT n FROM {groups_t} ORDER BY gid"), dtype=np.int64).ravel()
-
-        def quotas(f: float) -> np.ndarray:
-            return np.minimum(gsizes, np.maximum(np.minimum(gsizes, 200),
-                                                 np.floor(f * n_sample * gsizes / gsizes.sum()).astype(np.int64)))
-
-        lo_f, hi_f = 0.0, 1.0  # shrink the proportional part so that the floor of 200 rows keeps the budget
-        for _ in range(30):
-            mid = (lo_f + hi_f) / 2
-            lo_f, hi_f = (mid, hi_f) if quotas(mid).sum() <= n_sample else (lo_f, mid)
-        quota = quotas(1.0) if opts.sample_size or quotas(1.0).sum() <= n_sample else quotas(lo_f)
-        # the first q_g rows of each group in a seeded hash order; a hash pre-filter keeps the sort small (it
-        # passes about 2·q_g + 50 rows, and the q_g smallest hashes always pass it)
-        frac = np.minimum(1.0, (2 * quota + 50) / np.maximum(gsizes, 1))
-        con.execute("CREATE TEMP TABLE _densitas_quota AS SELECT unnest(range(?)) AS gid, unnest(?::BIGINT[]) AS q, "
-                    "unnest(?::DOUBLE[]) AS frac", [len(quota), quota.tolist(), frac.tolist()])
-        salt = int(opts.seed) * 7919 + 1
-        hashed = (f"(SELECT b.*, hash(xor(hash(coalesce(b._densitas_rid, b.rowid)), {salt}::UBIGINT)) AS h "
-                  "FROM _densitas_binned b)")
-        for cond in ("(h >> 11)::DOUBLE / 9007199254740992.0 < frac", "true"):
-            con.execute(f"CREATE OR REPLACE TABLE {sample_t} AS SELECT gid::SMALLINT AS gid, "
-                        f"{vals.replace('s.', '')} FROM (SELECT *, row_number() OVER (PARTITION BY gid ORDER BY h) "
-                        f"AS rn FROM {hashed} x JOIN _densitas_quota USING (gid) WHERE {cond}) t WHERE rn <= q "
-                        "ORDER BY gid, rn")
-            if con.fetch_rows(f"SELECT count(*) FROM {sample_t}")[0][0] >= quota.sum():
-                break  # otherwise (vanishingly rare) the filter passed too few rows: draw without it
-        con.execute("DROP TABLE _densitas_binned")
-        con.execute("DROP TABLE _densitas_quota")
-
-        # 7. per-column KDE bandwidths on the sample (densitas.kde; on the GPU when one is present)
+        sample_rows = draw_sample(con, tables, binned, plan, stats.rows, opts)
         say("bandwidths", 0.95)
-        bandwidths = _bandwidths(con, sample_t, infos, opts.bandwidth)
-
-        size = _stored_bytes(con, marg_t, sums_t, pairs_t, sample_t, edges_t, groups_t)
-        meta = {"table_name": table, "id": syn_id, "version": FORMAT_VERSION,
-                "build_seconds": time.perf_counter() - t0, "rows": n_rows, "fingerprint": fingerprint,
-                "columns": json.dumps([i.to_dict() for i in infos]), "group_by": json.dumps(group_by),
-                "grids": json.dumps({"pairs": grid_list, "sum_res": sum_res, "scores": [[a, b, v] for (a, b), v in
-                                                                     scores.items()]}),
-                "options": json.dumps({"budget_bytes": budget,
-                                                                        "sample_size": int(quota.sum()),
-                                                                        "seed": opts.seed,
-                                                                        "max_bins": opts.max_bins}),
-                "bandwidths": json.dumps(bandwidths), "size_bytes": size, "table_bytes": table_bytes}
-        _before_swap(meta)
-        con.execute(f"DELETE FROM {SCHEMA}.synopses WHERE table_name = ?", [table])
-        keys = list(meta)
-        con.execute(f"INSERT INTO {SCHEMA}.synopses ({', '.join(keys)}, created_at) VALUES "
-                    f"({', '.join('?' for _ in keys)}, now())", [meta[k] for k in keys])
-        for (old_id,) in old:
-            for kind in (*KINDS, "cells"):
-                con.execute(f"DROP TABLE IF EXISTS {SCHEMA}.{kind}_{old_id}")
+        bandwidths = _bandwidths(con, tables, infos, opts.bandwidth)
+        meta = {"table_name": table, "id": tables.id, "version": FORMAT_VERSION,
+                "build_seconds": time.perf_counter() - t0, "rows": stats.rows, "fingerprint": stats.fingerprint,
+                "columns": json.dumps([i.to_dict() for i in infos]), "group_by": json.dumps(cols.group_by),
+                "grids": json.dumps({"pairs": [g.to_dict() for g in grids], "sum_res": sum_res,
+                                     "scores": [[a, b, v] for (a, b), v in scores.items()]}),
+                "options": json.dumps({"budget_bytes": plan.budget, "sample_size": sample_rows, "seed": opts.seed,
+                                       "max_bins": opts.max_bins}),
+                "bandwidths": json.dumps(bandwidths),
+                "size_bytes": stored_bytes(con, tables, "marg", "sums", "pairs", "sample", "edges", "groups"),
+                "table_bytes": stats.table_bytes}
+        swap_catalog(con, meta, old_ids)
     say("done", 1.0)
     meta["build_seconds"] = time.perf_counter() - t0
-    con.execute(f"UPDATE {SCHEMA}.synopses SET build_seconds = ? WHERE table_name = ?", [meta["build_seconds"],
-                                                                                           table])
+    set_build_seconds(con, table, meta["build_seconds"])
     return meta
 
 
-def _choose_pairs(con: Connector, infos: list[ColumnInfo], bins: list[int], scores: dict, opts: BuildOptions,
-                  budget: float, say: Callable[[str, float], None]) -> list:
+# ---- helpers of the steps -------------------------------------------------------------------------------------
+
+
+def _levels(bins: int, top: int) -> list[int]:
+    """Candidate resolutions of one dimension of a pair grid: powers of two below ``bins``, then ``bins`` itself
+    (the fine bins) when it is at most ``top``."""
+    out = [r for r in (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096) if r < bins and r <= top]
+    if bins <= top:
+        out.append(bins)
+    return out or [min(bins, top)]
+
+
+def dependence(counts: np.ndarray) -> float:
+    """Dependence score of a pair from its probe histograms ``(G, r0, r1)`` (non-NULL cells): the total-variation
+    distance between the joint and the product of the marginals, less the distance sampling noise alone gives
+    under independence, averaged over groups by their rows."""
+    total = counts.sum()
+    if total <= 0:
+        return 0.0
+    score = 0.0
+    for c in counts:
+        n = c.sum()
+        if n <= 0:
+            continue
+        e = np.outer(c.sum(axis=1), c.sum(axis=0)) / n
+        tv = 0.5 * np.abs(c - e).sum() / n
+        noise = 0.5 * np.sqrt(2 / np.pi * e * np.clip(1 - e / n, 0, None)).sum() / n
+        score += n / total * max(0.0, tv - noise)
+    return float(score)
+
+
+
+
+def _choose_pairs(con: Connector, binned: Binned, infos: list[ColumnInfo], bins: list[int], scores: dict,
+                  opts: BuildOptions, budget: float, say: Callable[[str, float], None]) -> list:
     """The pair grids to store: ``[(pair, (res0, res1), (gid, c0, c1, n))]``. Dependent pairs (score at least
     ``min_dependence``) in decreasing score each get a grid, starting at 16 x 16 and doubling the resolution in
     rounds, most dependent first, while the sparse cell count (exact, from the finest grid GROUP BY computed in
@@ -477,8 +798,10 @@ def _choose_pairs(con: Connector, infos: list[ColumnInfo], bins: list[int], scor
     for i, (a, b) in enumerate(cand):
         say(f"pair grid {i + 1}/{len(cand)}", 0.45 + 0.4 * i / max(len(cand), 1))
         ra, rb = (min(bins[j], opts.max_pair_res) for j in (a, b))
-        rows = con.fetch_numpy(f"SELECT gid, {_coarse_sql(a, ra, bins[a])} AS x, {_coarse_sql(b, rb, bins[b])} AS y, "
-                               "count(*) AS n FROM _densitas_binned GROUP BY ALL")
+        x, y = binned.coarse(a, ra, bins[a]), binned.coarse(b, rb, bins[b])
+        rows = con.fetch_numpy(sqlglot.select(_col("gid"), exp.alias_(x, "x", quoted=True),
+                                              exp.alias_(y, "y", quoted=True), exp.alias_(_count(), "n", quoted=True))
+                               .from_(binned.table).group_by(_col("gid"), x.copy(), y.copy()))
         finest[(a, b)] = ((ra, rb), tuple(np.asarray(rows[c], dtype=np.int64) for c in ("gid", "x", "y", "n")))
     levels = {p: (_levels(bins[p[0]], opts.max_pair_res), _levels(bins[p[1]], opts.max_pair_res)) for p in cand}
 
@@ -536,13 +859,16 @@ def _before_swap(meta: dict) -> None:
     """Hook just before the new synopsis replaces the old one (tests make it fail to check atomicity)."""
 
 
-def _bandwidths(con: Connector, sample_t: str, infos: list[ColumnInfo], method: str) -> list[float]:
+def _bandwidths(con: Connector, tables: SynopsisTables, infos: list[ColumnInfo], method: str) -> list[float]:
+    """Per-column KDE bandwidths on the sample (:func:`densitas.kde.bandwidth`; 0 for discrete columns)."""
     from densitas.kde import bandwidth
 
     out = []
+    sample = tables.sample.table(tables.id)
     for j, info in enumerate(infos):
-        v = np.asarray(con.fetch_numpy(f"SELECT v{j} AS v FROM {sample_t} WHERE v{j} IS NOT NULL")["v"],
-                       dtype=np.float64)
+        v_j = _col(f"v{j}")
+        q = sqlglot.select(exp.alias_(v_j, "v", quoted=True)).from_(sample).where(v_j.copy().is_(exp.null()).not_())
+        v = np.asarray(con.fetch_numpy(q)["v"], dtype=np.float64)
         if info.discrete or len(v) < 2 or np.ptp(v) == 0:
             out.append(0.0)
             continue
@@ -557,14 +883,3 @@ def _bandwidths(con: Connector, sample_t: str, infos: list[ColumnInfo], method: 
     return out
 
 
-def _stored_bytes(con: Connector, *tables: str) -> int:
-    """Uncompressed bytes of the synopsis tables: rows times the width of their column types."""
-    width = {"BIGINT": 8, "DOUBLE": 8, "INTEGER": 4, "SMALLINT": 2}
-    total = 0
-    for t in tables:
-        schema, name = t.split(".")
-        cols = con.fetch_rows("SELECT data_type FROM duckdb_columns() WHERE schema_name = ? AND table_name = ?",
-                              [schema, name])
-        rows = con.fetch_rows(f"SELECT count(*) FROM {t}")[0][0]
-        total += int(rows) * sum(width.get(c[0], 8) for c in cols)
-    return total

@@ -8,8 +8,9 @@ import re
 from dataclasses import dataclass, field
 
 import numpy as np
+from sqlglot import exp
 
-from densitas.aqp.connector import quote
+from densitas.aqp.connector import line_expr
 from densitas.exceptions import InputError
 
 __all__ = ["ColumnInfo", "classify", "to_number"]
@@ -63,14 +64,15 @@ class ColumnInfo:
     occupied_max: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @property
+    def column(self) -> exp.Column:
+        """The column, quoted, as a sqlglot expression."""
+        return exp.column(self.name, quoted=True)
+
+    @property
     def expr(self) -> str:
-        """SQL mapping the column to DOUBLE on its numeric line."""
-        q = quote(self.name)
-        if self.kind == "date":
-            return f"CAST(datediff('day', DATE '1970-01-01', {q}) AS DOUBLE)"
-        if self.kind == "timestamp":
-            return f"CAST(epoch_us({q}) AS DOUBLE)"
-        return f"CAST({q} AS DOUBLE)"
+        """DuckDB SQL mapping the column to DOUBLE on its numeric line (a connector's ``to_line`` gives it for
+        its own database)."""
+        return line_expr(self.column, self.kind).sql("duckdb")
 
     @property
     def numeric(self) -> bool:

@@ -1,8 +1,11 @@
 """The small database interface the engine needs, and its DuckDB implementation.
 
-Another engine (PostgreSQL, ...) fits by implementing :class:`Connector`: run SQL, fetch results as NumPy or
-pandas, describe a table, report its storage size, and run a block of statements as one transaction. The SQL
-the engine sends is plain ANSI plus ``ASOF JOIN`` and ``quantile_disc``, which a port rewrites through sqlglot.
+Another engine (PostgreSQL, ...) fits by implementing :class:`Connector`: run SQL (a string, or a sqlglot
+expression it renders in its own dialect), fetch results as NumPy or pandas, describe a table, report its storage
+size, and run a block of statements as one transaction. The build writes its SQL with sqlglot's builders; what
+has no portable form (the data fingerprint's hash, a column's distinct values and quantiles as lists, stable row
+ids and seeded row hashes, the ``ASOF JOIN`` that bins rows, temporary tables built from a query or a frame,
+the numeric line of dates and timestamps) it asks of the connector, so that a port implements those methods.
 """
 
 from __future__ import annotations
@@ -15,10 +18,15 @@ from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
+import sqlglot
+from sqlglot import exp
 
 from densitas.exceptions import DatabaseError, InputError
 
-__all__ = ["Connector", "DuckDBConnector", "connect", "quote"]
+__all__ = ["SQL", "Connector", "DuckDBConnector", "connect", "quote", "table_expr"]
+
+#: A statement: SQL text, or a sqlglot expression the connector renders in its dialect.
+SQL = str | exp.Expression
 
 
 def quote(name: str) -> str:
@@ -31,6 +39,18 @@ def table_ref(name: str) -> str:
     return ".".join(quote(p) for p in name.split(".", 1))
 
 
+def table_expr(name: str) -> exp.Table:
+    """``schema.table`` or ``table`` as a sqlglot table, each part quoted.
+
+    Examples
+    --------
+    >>> table_expr("main.t").sql("duckdb")
+    '"main"."t"'
+    """
+    schema, tbl = name.split(".", 1) if "." in name else (None, name)
+    return exp.table_(tbl, db=schema, quoted=True)
+
+
 class Connector(Protocol):
     """What :class:`~densitas.aqp.Engine` asks of a database.
 
@@ -39,15 +59,17 @@ class Connector(Protocol):
     failure of the database (a locked file, I/O, a read-only database, ...).
     """
 
-    def execute(self, sql: str, params: list | None = None) -> None: ...
+    dialect: str  # the sqlglot dialect expressions are rendered in
 
-    def fetch_df(self, sql: str, params: list | None = None) -> pd.DataFrame: ...
+    def execute(self, sql: SQL, params: list | None = None) -> None: ...
 
-    def fetch_rows(self, sql: str, params: list | None = None) -> list[tuple]: ...
+    def fetch_df(self, sql: SQL, params: list | None = None) -> pd.DataFrame: ...
 
-    def fetch_numpy(self, sql: str, params: list | None = None) -> dict[str, np.ndarray]: ...
+    def fetch_rows(self, sql: SQL, params: list | None = None) -> list[tuple]: ...
 
-    def insert_frame(self, table: str, frame: pd.DataFrame) -> None:
+    def fetch_numpy(self, sql: SQL, params: list | None = None) -> dict[str, np.ndarray]: ...
+
+    def insert_frame(self, table: str | exp.Table, frame: pd.DataFrame) -> None:
         """Append the rows of ``frame`` (columns in the table's order) to ``table``."""
         ...
 
@@ -60,6 +82,50 @@ class Connector(Protocol):
         ...
 
     def transaction(self) -> contextlib.AbstractContextManager: ...
+
+    # ---- what the build needs that has no portable SQL ----------------------------------------------------------
+    def create_temp_table(self, name: str, rows: exp.Query | pd.DataFrame, params: list | None = None) -> None:
+        """Create the temporary table ``name`` holding the rows of a query (``params`` its parameters) or a frame
+        (columns keep the frame's dtypes: int32 -> INTEGER, int64 -> BIGINT, float64 -> DOUBLE)."""
+        ...
+
+    def to_line(self, column: exp.Expression, kind: str) -> exp.Expression:
+        """``column`` as DOUBLE on its numeric line: days since 1970-01-01 for ``kind`` ``"date"``, microseconds
+        since the epoch for ``"timestamp"``, the value itself otherwise."""
+        ...
+
+    def fingerprint_query(self, table: str, columns: list[str]) -> exp.Select:
+        """One row: the table's row count and an order-independent hash of ``columns``."""
+        ...
+
+    def distinct_values(self, value: exp.Expression, column: str) -> exp.Expression:
+        """Aggregate: the sorted distinct values of ``value`` over the rows where ``column`` is not NULL, as a
+        list."""
+        ...
+
+    def quantiles(self, value: exp.Expression, probabilities: list[float]) -> exp.Expression:
+        """Aggregate: the discrete quantiles of ``value`` (values of the table) at ``probabilities``, as a
+        list."""
+        ...
+
+    def row_id(self, table: str, qualifier: str | None = None) -> exp.Expression | None:
+        """A stable id of each row of ``table`` (``qualifier.`` before it when given), or None when the table has
+        none."""
+        ...
+
+    def row_hash(self, *values: exp.Expression) -> exp.Expression:
+        """A 64-bit unsigned hash of ``values`` (the same values of the same types hash the same)."""
+        ...
+
+    def hash_unit(self, h: exp.Expression) -> exp.Expression:
+        """A 64-bit hash ``h`` mapped to a DOUBLE in [0, 1) (its top 53 bits)."""
+        ...
+
+    def asof_left_join(self, query: exp.Select, right: exp.Expression, alias: str, left_value: exp.Expression,
+                       right_value: str) -> exp.Select:
+        """``query`` LEFT JOINed to ``right`` (as ``alias``) on its row with the largest ``right_value`` at most
+        ``left_value`` (an ASOF join)."""
+        ...
 
 
 def _one_line(exc: BaseException) -> str:
@@ -84,7 +150,16 @@ class DuckDBConnector:
 
     DuckDB's own exceptions are raised as :class:`~densitas.InputError` (unknown table or column, SQL that does
     not parse) or :class:`~densitas.DatabaseError` (everything else), with DuckDB's message on one line.
+
+    Examples
+    --------
+    >>> con = DuckDBConnector(":memory:")
+    >>> con.execute("CREATE TABLE t AS SELECT range AS x FROM range(5)")
+    >>> con.fetch_rows(sqlglot.select(exp.Max(this=exp.column("x"))).from_("t"))
+    [(4,)]
     """
+
+    dialect = "duckdb"
 
     def __init__(self, database: Any, *, read_only: bool = False) -> None:
         import duckdb
@@ -124,10 +199,12 @@ class DuckDBConnector:
             self._local.cur = cur
         return cur
 
-    def _run(self, sql: str, params: list | None, fetch: Callable[[Any], Any] | None = None) -> Any:
+    def _run(self, sql: SQL, params: list | None, fetch: Callable[[Any], Any] | None = None) -> Any:
         """Run ``sql`` on this thread's cursor, then ``fetch`` its result; DuckDB's errors become DensitasErrors."""
         import duckdb
 
+        if isinstance(sql, exp.Expression):
+            sql = sql.sql(self.dialect)
         try:
             res = self.cursor.execute(sql, params)
             return fetch(res) if fetch is not None else None
@@ -136,24 +213,27 @@ class DuckDBConnector:
         except duckdb.Error as exc:
             raise _translate(exc) from None
 
-    def execute(self, sql: str, params: list | None = None) -> None:
+    def execute(self, sql: SQL, params: list | None = None) -> None:
         """Run ``sql`` (with ``?`` parameters ``params``)."""
         self._run(sql, params)
 
-    def fetch_df(self, sql: str, params: list | None = None) -> pd.DataFrame:
+    def fetch_df(self, sql: SQL, params: list | None = None) -> pd.DataFrame:
         """The result of ``sql`` as a DataFrame."""
         return self._run(sql, params, lambda r: r.df())
 
-    def fetch_rows(self, sql: str, params: list | None = None) -> list[tuple]:
+    def fetch_rows(self, sql: SQL, params: list | None = None) -> list[tuple]:
         """The result of ``sql`` as a list of tuples."""
         return self._run(sql, params, lambda r: r.fetchall())
 
-    def fetch_numpy(self, sql: str, params: list | None = None) -> dict[str, np.ndarray]:
+    def fetch_numpy(self, sql: SQL, params: list | None = None) -> dict[str, np.ndarray]:
         """The result of ``sql`` as one NumPy array per column."""
         return self._run(sql, params, lambda r: r.fetchnumpy())
 
-    def insert_frame(self, table: str, frame: pd.DataFrame) -> None:
-        """Append the rows of ``frame`` (columns in the table's order) to ``table``."""
+    def insert_frame(self, table: str | exp.Table, frame: pd.DataFrame) -> None:
+        """Append the rows of ``frame`` (columns in the table's order) to ``table`` (SQL text or a sqlglot
+        table)."""
+        if isinstance(table, exp.Expression):
+            table = table.sql(self.dialect)
         cur = self.cursor
         cur.register("_densitas_frame", frame)
         try:
@@ -202,8 +282,106 @@ class DuckDBConnector:
             raise
         self.execute("COMMIT")
 
+    # ---- what the build needs that has no portable SQL ----------------------------------------------------------
+    def create_temp_table(self, name: str, rows: exp.Query | pd.DataFrame, params: list | None = None) -> None:
+        """``CREATE TEMP TABLE name AS`` the query, or the frame's rows."""
+        target = exp.to_identifier(name, quoted=True)
+        if isinstance(rows, pd.DataFrame):
+            cur = self.cursor
+            cur.register("_densitas_frame", rows)
+            try:
+                self._run(exp.Create(this=target, kind="TABLE", expression=sqlglot.select("*").from_("_densitas_frame"),
+                                     properties=exp.Properties(expressions=[exp.TemporaryProperty()])), None)
+            finally:
+                cur.unregister("_densitas_frame")
+            return
+        self._run(exp.Create(this=target, kind="TABLE", expression=rows,
+                             properties=exp.Properties(expressions=[exp.TemporaryProperty()])), params)
+
+    def to_line(self, column: exp.Expression, kind: str) -> exp.Expression:
+        """``CAST(datediff('day', DATE '1970-01-01', c) AS DOUBLE)``, ``CAST(epoch_us(c) AS DOUBLE)`` or
+        ``CAST(c AS DOUBLE)``."""
+        return line_expr(column, kind)
+
+    def fingerprint_query(self, table: str, columns: list[str]) -> exp.Select:
+        """``SELECT count(*), bit_xor(hash(columns...)) FROM table``."""
+        return duckdb_fingerprint(table, columns)
+
+    def distinct_values(self, value: exp.Expression, column: str) -> exp.Expression:
+        """``list(DISTINCT value ORDER BY value) FILTER (WHERE column IS NOT NULL)``."""
+        agg = exp.ArrayAgg(this=exp.Distinct(expressions=[exp.Order(this=value.copy(),
+                                                                    expressions=[exp.Ordered(this=value.copy())])]))
+        return exp.Filter(this=agg, expression=exp.Where(this=exp.column(column, quoted=True).is_(exp.null()).not_()))
+
+    def quantiles(self, value: exp.Expression, probabilities: list[float]) -> exp.Expression:
+        """``quantile_disc(value, [p0, p1, ...])``.
+
+        The probabilities are written as a list literal of their shortest decimal forms, not passed as a
+        DOUBLE[] parameter: DuckDB types such a list as DECIMAL, and the quantile it picks at a probability
+        like 89/164 differs from the one at the nearest double, so the literal keeps the edges of every
+        synopsis built so far.
+        """
+        probs = exp.Array(expressions=[exp.Literal.number(repr(float(p))) for p in probabilities])
+        return exp.Anonymous(this="quantile_disc", expressions=[value, probs])
+
+    def row_id(self, table: str, qualifier: str | None = None) -> exp.Expression | None:
+        """DuckDB's ``rowid`` where ``table`` has one (a base table), else None."""
+        probe = sqlglot.select(exp.column("rowid")).from_(table_expr(table)).limit(0)
+        try:
+            self.fetch_rows(probe)
+        except (InputError, DatabaseError):
+            return None
+        return exp.column("rowid", table=qualifier)
+
+    def row_hash(self, *values: exp.Expression) -> exp.Expression:
+        """``hash(values...)``."""
+        return exp.Anonymous(this="hash", expressions=list(values))
+
+    def hash_unit(self, h: exp.Expression) -> exp.Expression:
+        """``(h >> 11)::DOUBLE / 2^53``."""
+        top = exp.cast(exp.paren(exp.BitwiseRightShift(this=h, expression=exp.Literal.number(11))), "DOUBLE")
+        return exp.Div(this=top, expression=exp.Literal.number("9007199254740992.0"))
+
+    def asof_left_join(self, query: exp.Select, right: exp.Expression, alias: str, left_value: exp.Expression,
+                       right_value: str) -> exp.Select:
+        """``query ASOF LEFT JOIN right AS alias ON left_value >= alias.right_value``."""
+        on = left_value >= exp.column(right_value, table=alias, quoted=True)
+        return query.join(exp.Join(this=exp.alias_(right, alias, table=True, quoted=True), method="ASOF",
+                                   side="LEFT", on=on))
+
     def close(self) -> None:
         self._con.close()
+
+
+def duckdb_fingerprint(table: str, columns: list[str]) -> exp.Select:
+    """DuckDB: the table's row count and an order-independent hash of ``columns``.
+
+    Examples
+    --------
+    >>> print(duckdb_fingerprint("t", ["a"]).sql("duckdb"))
+    SELECT COUNT(*), BIT_XOR(HASH("a")) FROM "t"
+    """
+    h = exp.Anonymous(this="hash", expressions=[exp.column(c, quoted=True) for c in columns])
+    return sqlglot.select(exp.Count(this=exp.Star()), exp.Anonymous(this="bit_xor", expressions=[h])
+                          ).from_(table_expr(table))
+
+
+def line_expr(column: exp.Expression, kind: str) -> exp.Expression:
+    """DuckDB: ``column`` as DOUBLE on its numeric line (days since 1970-01-01 for dates, microseconds since the
+    epoch for timestamps).
+
+    Examples
+    --------
+    >>> print(line_expr(exp.column("d", quoted=True), "date").sql("duckdb"))
+    CAST(DATEDIFF('day', CAST('1970-01-01' AS DATE), "d") AS DOUBLE)
+    """
+    if kind == "date":
+        column = exp.Anonymous(this="datediff", expressions=[exp.Literal.string("day"),
+                                                             exp.cast(exp.Literal.string("1970-01-01"), "DATE"),
+                                                             column])
+    elif kind == "timestamp":
+        column = exp.Anonymous(this="epoch_us", expressions=[column])
+    return exp.cast(column, "DOUBLE")
 
 
 def connect(database: Any, *, read_only: bool = False) -> Connector:

@@ -42,12 +42,11 @@ import numpy as np
 import pandas as pd
 from scipy.special import ndtr, ndtri
 
-from densitas.aqp.build import FORMAT_VERSION, SCHEMA, cell_map
 from densitas.aqp.columns import ColumnInfo, to_number
 from densitas.aqp.connector import Connector
 from densitas.aqp.estimator import Auxiliaries, regression_totals
 from densitas.aqp.sql import Condition, Query
-from densitas.exceptions import InputError, UnsupportedQueryError
+from densitas.exceptions import UnsupportedQueryError
 
 __all__ = ["MIN_SUPPORT", "Synopsis", "load", "z_value"]
 
@@ -690,90 +689,18 @@ def z_value(confidence: float) -> float:
 
 
 def load(con: Connector, table: str) -> Synopsis:
-    """Read the synopsis of ``table`` from the database (raises InputError naming the table when none)."""
-    try:
-        rows = con.fetch_df(f"SELECT * FROM {SCHEMA}.synopses WHERE table_name = ?", [table])
-    except Exception:
-        rows = pd.DataFrame()
-    if rows.empty:
-        raise InputError(f"table {table!r} has no synopsis; build one first (densitas build / Engine.build).")
-    meta = rows.iloc[0].to_dict()
-    if int(meta.get("version") or 0) != FORMAT_VERSION:
-        raise InputError(f"the synopsis of {table!r} has format version {meta.get('version')!r}, this densitas "
-                         f"reads version {FORMAT_VERSION}; rebuild it (densitas build / Engine.build).")
-    sid = meta["id"]
-    col_dicts = json.loads(meta["columns"])
-    edges = con.fetch_df(f"SELECT col, bin, lo, vmin, vmax FROM {SCHEMA}.edges_{sid} ORDER BY col, bin")
-    infos = []
-    for j, d in enumerate(col_dicts):
-        e = edges.loc[edges["col"] == j]
-        infos.append(ColumnInfo.from_dict(d, *(e[c].to_numpy(dtype=np.float64, na_value=np.nan)
-                                               for c in ("lo", "vmin", "vmax"))))
-    if len(infos) == 0:
-        raise InputError(f"synopsis of {table!r} has no columns")
-    groups = con.fetch_df(f"SELECT * FROM {SCHEMA}.groups_{sid} ORDER BY gid").drop(columns="gid")
-    G = len(groups)
-    grids = json.loads(meta["grids"])
+    """Read the synopsis of ``table`` from the database (raises InputError naming the table when none, or when
+    it was written in another format version). The stored tables are read by :func:`densitas.aqp.store.read`;
+    this adds what the model derives from them (per pair grid: cell starts and per-dimension row sums)."""
+    from densitas.aqp import store
 
-    def arr(d, c, dtype=np.float64):
-        a = d[c]
-        return np.nan_to_num(np.ma.filled(np.ma.asarray(a).astype(dtype), 0)) if np.ma.isMaskedArray(a) else \
-            np.nan_to_num(np.asarray(a, dtype=dtype))
-
-    m = con.fetch_numpy(f"SELECT col, gid, bin, n, s FROM {SCHEMA}.marg_{sid}")
-    mcol, mg, mb = (arr(m, c, np.int64) for c in ("col", "gid", "bin"))
-    mn, ms = arr(m, "n"), arr(m, "s")
-    marg = {}
-    for j, info in enumerate(infos):
-        sel = mcol == j
-        w = np.zeros((G, info.bins + 1))
-        sm = np.zeros((G, info.bins + 1))
-        np.add.at(w, (mg[sel], mb[sel]), mn[sel])
-        np.add.at(sm, (mg[sel], mb[sel]), ms[sel])
-        marg[j] = (w, sm)
-
-    sm_ = con.fetch_numpy(f"SELECT * FROM {SCHEMA}.sums_{sid}")
-    scol, sg, sc = (arr(sm_, c, np.int64) for c in ("col", "gid", "cell"))
-    value_names = [c for c in sm_ if c not in ("col", "gid", "cell")]
-    values = {c: arr(sm_, c) for c in value_names}
-    sums = {}
-    for j, info in enumerate(infos):
-        cmap = cell_map(grids["sum_res"][j], info.bins)
-        sel = scol == j
-        tot = {}
-        for c in value_names:
-            key = ("n", None) if c == "n" else (("nn", int(c[2:])) if c.startswith("nn") else ("s", int(c[1:])))
-            a = np.zeros((G, int(cmap.max()) + 1))
-            np.add.at(a, (sg[sel], sc[sel]), values[c][sel])
-            tot[key] = a
-        for k, info_k in enumerate(infos):  # non-nullable columns: the non-NULL count is the row count
-            if info_k.numeric and ("nn", k) not in tot:
-                tot[("nn", k)] = tot[("n", None)]
-        sums[j] = (cmap, tot)
-
-    pr = con.fetch_numpy(f"SELECT pair, gid, c0, c1, n FROM {SCHEMA}.pairs_{sid}")
-    pid = arr(pr, "pair", np.int64)
+    st = store.read(con, table)
+    G = len(st.groups)
     pairs = []
-    for g in grids["pairs"]:
-        sel = pid == g["id"]
-        a, b = g["cols"]
-        ra, rb = g["res"]
-        gid = arr(pr, "gid", np.int64)[sel]
-        c = (arr(pr, "c0", np.int64)[sel], arr(pr, "c1", np.int64)[sel])
-        n = arr(pr, "n")[sel]
-        maps = (cell_map(ra, infos[a].bins), cell_map(rb, infos[b].bins))
+    for p in st.pairs:
+        maps = p.maps
         R = (int(maps[0].max()) + 1, int(maps[1].max()) + 1)
-        rowsum = tuple(np.bincount(gid * R[d] + c[d], n, minlength=G * R[d]).reshape(G, R[d]) for d in (0, 1))
-        pairs.append(Pair((a, b), (R[0] - 1, R[1] - 1), float(g["score"]), gid, c, n, maps,
+        rowsum = tuple(np.bincount(p.gid * R[d] + p.c[d], p.n, minlength=G * R[d]).reshape(G, R[d]) for d in (0, 1))
+        pairs.append(Pair(p.cols, (R[0] - 1, R[1] - 1), p.score, p.gid, p.c, p.n, maps,
                           (_starts(maps[0]), _starts(maps[1])), rowsum))
-    scores = {(int(a), int(b)): float(v) for a, b, v in grids["scores"]}
-
-    sample = con.fetch_numpy(f"SELECT * FROM {SCHEMA}.sample_{sid}")
-    s_gid = np.asarray(sample["gid"], dtype=np.int64)
-    cols_v = []
-    for j in range(len(infos)):
-        a = sample[f"v{j}"]
-        cols_v.append(np.ma.filled(a.astype(np.float64), np.nan) if np.ma.isMaskedArray(a)
-                      else np.asarray(a, dtype=np.float64))
-    s_vals = np.stack(cols_v, axis=1)
-    return Synopsis(meta, infos, groups, marg, sums, pairs, scores, s_gid, s_vals)
+    return Synopsis(st.meta, st.infos, st.groups, st.marg, st.sums, pairs, st.scores, st.sample_gid, st.sample_vals)
