@@ -24,7 +24,7 @@ Usage::
     python benchmarks/bench_cluster.py --small    # n = 50,000
     python benchmarks/bench_cluster.py --crossover [--small]
     python benchmarks/bench_cluster.py --iteration           # CUDA only
-    python benchmarks/bench_cluster.py --classic [--repeats 5]  # section 1 only
+    python benchmarks/bench_cluster.py --classic [--quick] [--repeats 5]  # section 1 only (--quick: auto + peers)
 
 Timings are medians of ``--repeats`` runs (CUDA: synchronised wall time of the whole fit).
 """
@@ -98,7 +98,7 @@ def two_lengths(make, iters: int, repeats: int, device: str = "cpu") -> tuple[fl
     return t_p / iters, max(t_p - t_1, 0.0) / max(iters - 1, 1), out
 
 
-def classic(X: np.ndarray, C0: np.ndarray, iters: int, repeats: int, device: str) -> None:
+def classic(X: np.ndarray, C0: np.ndarray, iters: int, repeats: int, device: str, quick: bool = False) -> None:
     n, d = X.shape
     c = C0.shape[0]
     scale = float(np.abs(X).max())
@@ -152,6 +152,8 @@ def classic(X: np.ndarray, C0: np.ndarray, iters: int, repeats: int, device: str
     ref = reference if reference is not None else C_ours
     row(f"densitas FuzzyKMeans auto ({picked}), cpu", base, base, float(np.abs(C_ours - ref).max()) / scale, "",
         sbase, sbase)
+    if quick:  # densitas auto beside the peers only (a short run for a shared machine's quiet moments)
+        return
     for method in CENTROID_METHODS:
         t, st, C, _ = ours(method)
         row(f"densitas {method}, cpu", t, base, float(np.abs(C - ref).max()) / scale, "", st, sbase)
@@ -310,6 +312,7 @@ def main() -> None:
     ap.add_argument("--crossover", action="store_true", help="only the centroid-method crossover sweep")
     ap.add_argument("--iteration", action="store_true", help="only the fused GPU iteration at N = 1,025,010")
     ap.add_argument("--classic", action="store_true", help="only section 1 (classic FCM beside the peers)")
+    ap.add_argument("--quick", action="store_true", help="with --classic: densitas auto beside the peers only")
     ap.add_argument("--n", type=int, default=None)
     ap.add_argument("--d", type=int, default=10)
     ap.add_argument("--k", type=int, default=5)
@@ -328,7 +331,7 @@ def main() -> None:
         return
     n = args.n or (50_000 if args.small else 500_000)
     X, C0 = make_data(n, args.d, args.k, args.seed)
-    classic(X, C0, args.iters, args.repeats, args.device)
+    classic(X, C0, args.iters, args.repeats, args.device, quick=args.quick)
     if args.classic:
         return
     gfkm(X, C0, args.iters, args.repeats, args.device)
