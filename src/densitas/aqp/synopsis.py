@@ -46,6 +46,7 @@ from densitas.aqp.columns import ColumnInfo, to_number
 from densitas.aqp.connector import Connector
 from densitas.aqp.estimator import Auxiliaries, regression_totals
 from densitas.aqp.sql import Condition, Query
+from densitas.aqp.store import StoredPair
 from densitas.exceptions import UnsupportedQueryError
 
 __all__ = ["MIN_SUPPORT", "Synopsis", "load", "z_value"]
@@ -67,16 +68,10 @@ class _Forest:
 
 
 @dataclass
-class Pair:
-    """A stored pair grid: sparse cells ``(gid, c0, c1, n)`` at resolution ``res`` over the fine bins."""
+class Pair(StoredPair):
+    """A stored pair grid as the model uses it (:class:`~densitas.aqp.store.StoredPair`, ``res`` the resolution
+    its maps reach) with what the model derives from it."""
 
-    cols: tuple[int, int]
-    res: tuple[int, int]
-    score: float
-    gid: np.ndarray
-    c: tuple[np.ndarray, np.ndarray]
-    n: np.ndarray
-    maps: tuple[np.ndarray, np.ndarray]  # per dimension: fine bin (0..B) -> cell (0..res)
     starts: tuple[np.ndarray, np.ndarray]  # per dimension: first fine bin of each cell (maps are monotone)
     rowsum: tuple[np.ndarray, np.ndarray]  # per dimension: (G, res + 1) rows per cell
 
@@ -701,6 +696,6 @@ def load(con: Connector, table: str) -> Synopsis:
         maps = p.maps
         R = (int(maps[0].max()) + 1, int(maps[1].max()) + 1)
         rowsum = tuple(np.bincount(p.gid * R[d] + p.c[d], p.n, minlength=G * R[d]).reshape(G, R[d]) for d in (0, 1))
-        pairs.append(Pair(p.cols, (R[0] - 1, R[1] - 1), p.score, p.gid, p.c, p.n, maps,
-                          (_starts(maps[0]), _starts(maps[1])), rowsum))
+        pairs.append(Pair(**{**vars(p), "res": (R[0] - 1, R[1] - 1)},
+                          starts=(_starts(maps[0]), _starts(maps[1])), rowsum=rowsum))
     return Synopsis(st.meta, st.infos, st.groups, st.marg, st.sums, pairs, st.scores, st.sample_gid, st.sample_vals)
