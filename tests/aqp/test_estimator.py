@@ -178,8 +178,9 @@ def test_g_weights_calibrate_and_reproduce_the_estimate():
     Xt = np.stack([np.bincount(gid, X[:, a], minlength=G) for a in range(3)], axis=1) * 20 * \
         (1 + 0.05 * rng.normal(size=(G, 3)))
     Xt[:, 0] = N
-    beta, _, ginv = _fit(X, y, gid, G, nn, 3)
-    g = _g_weights(X, Xt, ginv, gid, N, nn)
+    fit = _fit(X, y, gid, G, nn, 3)
+    beta = fit.beta
+    g = _g_weights(X, Xt, fit.ginv, fit.xsum, gid, N, nn)
     w = (N / nn)[gid] * g
     for c in range(3):
         np.testing.assert_allclose(np.bincount(gid, w * X[:, c], minlength=G), Xt[:, c], rtol=1e-9,
@@ -199,5 +200,5 @@ def test_directions_under_one_rows_worth_are_not_fitted():
     m = rng.uniform(0.5, 1.5, n)
     X = np.stack([np.ones(n), m, m + 1e-3 * rng.normal(size=n)], axis=1)
     y = 0.3 * rng.normal(size=n)
-    beta, _, _ = _fit(X, y, np.zeros(n, dtype=np.int64), 1, np.array([float(n)]), 3)
+    beta = _fit(X, y, np.zeros(n, dtype=np.int64), 1, np.array([float(n)]), 3).beta
     assert abs(beta[0, 1] - beta[0, 2]) < 0.05, f"seed {SEED}: {beta}"

@@ -163,15 +163,16 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
         # the fit corrects the difference estimator (the model's own prediction, column 0 of Z, with β = 1): the
         # smallest correction that fits, so terms collinear among the sample rows but not in the table (every
         # sampled row inside the box, say) keep the model's own weights instead of splitting them arbitrarily
-        beta, lev, ginv = _fit(X, y[:, k] - Z[:, 0], gid, G, n, p)
+        fit = _fit(X, y[:, k] - Z[:, 0], gid, G, n, p)
+        beta, lev, ginv = fit.beta, fit.lev, fit.ginv
         small = n < MIN_ROWS_PER_TERM * p  # too few rows for every term: the model's prediction and an intercept
         if small.any() and p > 2:
-            b2, l2, gi2 = _fit(X[:, :2], y[:, k] - Z[:, 0], gid, G, n, 2)
+            two = _fit(X[:, :2], y[:, k] - Z[:, 0], gid, G, n, 2)
             beta[small] = 0.0
-            beta[small, :2] = b2[small]
-            lev[small[gid]] = l2[small[gid]]
+            beta[small, :2] = two.beta[small]
+            lev[small[gid]] = two.lev[small[gid]]
             ginv[small] = 0.0
-            ginv[small, :2, :2] = gi2[small]
+            ginv[small, :2, :2] = two.ginv[small]
         tiny = n < MIN_ROWS_PER_TERM * 2  # too few rows even for that: the difference estimator alone
         beta[tiny] = 0.0
         lev[tiny[gid]] = 0.0
@@ -183,7 +184,7 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
         r = e / (1.0 - np.minimum(lev, MAX_LEVERAGE)) if LEAVE_ONE_OUT else e
         if G_WEIGHTS:  # times each row's calibration weight g (ibid. eq. 6.6.10): a fit that moves the sample far
             # to reach the population totals (Z − HT large along weakly sampled directions) widens the interval
-            r = r * _g_weights(X, Xt, ginv, gid, N, n)
+            r = r * _g_weights(X, Xt, ginv, fit.xsum, gid, N, n)
         resid[:, k] = r
         model[:, k] = (Xt * beta).sum(axis=1)
         corr[:, k] = N / n_safe * np.bincount(gid, e, minlength=G)
@@ -193,19 +194,29 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
                        np.maximum(dfs, 0.0))
 
 
-def _g_weights(X: np.ndarray, Xt: np.ndarray, ginv: np.ndarray, gid: np.ndarray, N: np.ndarray,
-               n: np.ndarray) -> np.ndarray:
+@dataclass
+class _Fit:
+    """One per-group least-squares fit: coefficients (G, p), each row's leverage (n,), ``(XᵀX)⁺`` in the
+    terms' own units (G, p, p), and each term's sum over the group's sample rows (G, p)."""
+
+    beta: np.ndarray
+    lev: np.ndarray
+    ginv: np.ndarray
+    xsum: np.ndarray
+
+
+def _g_weights(X: np.ndarray, Xt: np.ndarray, ginv: np.ndarray, xsum: np.ndarray, gid: np.ndarray,
+               N: np.ndarray, n: np.ndarray) -> np.ndarray:
     """(n_rows,): the GREG's g-weights ``g_i = 1 + (Z − Ẑ_HT)ᵀ (Σ_s (N/n) x xᵀ)⁻¹ x_i`` of each sample row in
-    its group's fit (Särndal, Swensson & Wretman 1992, eq. 6.5.9): the estimate is ``Σ (N/n) g_i y_i``."""
-    G = len(N)
+    its group's fit (Särndal, Swensson & Wretman 1992, eq. 6.5.9): the estimate is ``Σ (N/n) g_i y_i``.
+    ``xsum`` (G, p) holds the terms' sums over each group's sample rows (:attr:`_Fit.xsum`)."""
     w = N / np.maximum(n, 1)
-    ht = np.stack([np.bincount(gid, X[:, a], minlength=G) for a in range(X.shape[1])], axis=1) * w[:, None]
-    c = np.einsum("gij,gj->gi", ginv, Xt - ht) / w[:, None]
+    c = np.einsum("gij,gj->gi", ginv, Xt - xsum * w[:, None]) / w[:, None]
     return 1.0 + np.einsum("ij,ij->i", X, c[gid])
 
 
 def _fit(X: np.ndarray, y: np.ndarray, gid: np.ndarray, G: int, n: np.ndarray,
-         p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+         p: int) -> _Fit:
     """Per-group minimum-norm least squares of ``y`` on ``X``: the coefficients (G, p) and each row's leverage
     ``h_i = x_iᵀ (XᵀX)⁺ x_i`` in its group's fit (n,). The cross products are summed per group in one
     segmented reduction; rows outside every term's support and with ``y = 0`` add only to the intercept's
@@ -230,6 +241,7 @@ def _fit(X: np.ndarray, y: np.ndarray, gid: np.ndarray, G: int, n: np.ndarray,
         xtx[ga[first]] = np.add.reduceat(Xa[:, :, None] * Xa[:, None, :], first, axis=0)
         xty[ga[first]] = np.add.reduceat(Xa * ya[:, None], first, axis=0)
     xtx[:, 0, 0] = n
+    xsum = xtx[:, 0, :].copy()  # the intercept's row: each term's sum over the group's rows
     # a term whose values among a group's rows are round-off next to its size elsewhere (a position term
     # whose rows all sit at the middle of their bin, say) is no term there: rescaled, it would take any weight
     size = np.abs(X).max(axis=0) if len(X) else np.ones(p)
@@ -262,5 +274,5 @@ def _fit(X: np.ndarray, y: np.ndarray, gid: np.ndarray, G: int, n: np.ndarray,
         xs = Xa / scale[ga]
         lev[act] = np.einsum("ni,nij,nj->n", xs, inv[ga], xs)
     ginv = inv / scale[:, :, None] / scale[:, None, :]  # (XᵀX)⁺ in the terms' own units
-    return (np.where(np.isfinite(beta), beta, 0.0), np.where(np.isfinite(lev), np.clip(lev, 0.0, 1.0), 0.0),
-            np.where(np.isfinite(ginv), ginv, 0.0))
+    return _Fit(np.where(np.isfinite(beta), beta, 0.0), np.where(np.isfinite(lev), np.clip(lev, 0.0, 1.0), 0.0),
+                np.where(np.isfinite(ginv), ginv, 0.0), xsum)
