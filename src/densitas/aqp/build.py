@@ -751,6 +751,7 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
     say("done", 1.0)
     meta["build_seconds"] = time.perf_counter() - t0
     set_build_seconds(con, table, meta["build_seconds"])
+    meta["groups"] = plan.n_groups  # not stored: the groups table holds them
     return meta
 
 

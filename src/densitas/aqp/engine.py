@@ -123,9 +123,6 @@ class Engine:
             else:
                 meta = build_mod.build(self.con, table, columns, group_by, opts)
             self._cache.pop(table, None)
-        if "groups" not in meta:
-            groups_t = exp.table_(f"groups_{meta['id']}", db=build_mod.SCHEMA, quoted=True)
-            meta["groups"] = int(self.con.fetch_rows(exp.select("count(*)").from_(groups_t).sql("duckdb"))[0][0])
         note = size_note(meta, opts)
         if note:
             meta["size_note"] = note
