@@ -81,6 +81,22 @@ __all__ += ["FORMAT_VERSION", "INDEX_MAX", "KINDS", "SCHEMA", "cell_map"]
 
 @dataclass
 class BuildOptions:
+    """The build's options (``Engine.build(table, ..., **options)`` takes them by name; :meth:`check` validates
+    them and names a bad one with the value it got).
+
+    Examples
+    --------
+    >>> opts = BuildOptions(budget_fraction=0.02, max_sample_rows=10_000)
+    >>> opts.check(); opts.shares
+    (0.7, 0.1, 0.05, 0.15)
+    >>> from densitas.exceptions import InputError
+    >>> try:
+    ...     BuildOptions(max_sample_rows=5).check()
+    ... except InputError as err:
+    ...     print(err)
+    The 'max_sample_rows' parameter of BuildOptions must be an integer >= 10. Got 5 instead.
+    """
+
     budget_bytes: int | None = None  # None: budget_fraction of the table's storage
     budget_fraction: float = 0.01
     min_budget_bytes: int = 256 * 1024

@@ -96,7 +96,16 @@ class ColumnInfo:
         """(lower, upper) per bin of the extent its rows are modelled as spread evenly over: from the bin's
         smallest to just past its largest value (a value v occupies [v, v + step)), so that a bound beyond the
         last occupied value keeps the whole bin and a point mass (one value) is cut exactly; the bin's edges
-        where its occupied range is unknown or empty."""
+        where its occupied range is unknown or empty.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> info = ColumnInfo("x", "INTEGER", "int", 1.0, lo=0.0, hi=99.0, edges=np.array([0.0, 50.0]),
+        ...                   occupied_min=np.array([3.0, 50.0]), occupied_max=np.array([20.0, 50.0]))
+        >>> [a.tolist() for a in info.spread()]   # bin 2 holds only the value 50: it occupies [50, 51)
+        [[3.0, 50.0], [21.0, 51.0]]
+        """
         lo, up = self.edges.astype(np.float64), self.uppers()
         if len(self.occupied_min) != len(lo):
             return lo, up

@@ -385,7 +385,17 @@ def line_expr(column: exp.Expression, kind: str) -> exp.Expression:
 
 
 def connect(database: Any, *, read_only: bool = False) -> Connector:
-    """A connector for ``database``: a Connector is returned as is; a path or DuckDB connection is wrapped."""
+    """A connector for ``database``: a Connector is returned as is; a path or DuckDB connection is wrapped.
+
+    Examples
+    --------
+    >>> import duckdb
+    >>> con = connect(duckdb.connect())
+    >>> con.fetch_rows("SELECT 40 + 2")
+    [(42,)]
+    >>> connect(con) is con
+    True
+    """
     if hasattr(database, "fetch_df") and hasattr(database, "transaction"):
         return database
     return DuckDBConnector(database, read_only=read_only)

@@ -76,7 +76,16 @@ class GroupTotals:
     """Per synopsis group (G) and key (K): the answer and its parts, and the residuals behind its variance.
 
     ``value = model + correction``; ``model`` is ``Σ β̂_a Z_a`` (the calibrated model total), ``correction`` the
-    sample's residual total. :meth:`variance` gives the variance of any linear combination of the keys.
+    sample's residual total. :meth:`sampling_variance` gives the variance of any linear combination of the keys.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> aux = [Auxiliaries(rows=np.array([[1.0], [0.0], [1.0], [0.0]]), totals=np.array([[50.0]]))]
+    >>> t = regression_totals(np.array([[1.0], [0.0], [1.0], [0.0]]), aux, np.zeros(4, dtype=int),
+    ...                       np.array([100.0]), np.array([4.0]))
+    >>> float(t.value[0, 0]), float(t.correction[0, 0])          # y equals the auxiliary: its exact total
+    (50.0, 0.0)
     """
 
     value: np.ndarray  # (G, K)

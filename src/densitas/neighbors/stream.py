@@ -56,14 +56,27 @@ FIRST_PIECE = 16
 
 class NonFiniteError(InputError):
     """The streamed references or the queries hold NaN or an infinity. :func:`densitas.neighbors.kneighbors`
-    catches it and takes its general path, which names the row and column (or skips NaN)."""
+    catches it and takes its general path, which names the row and column (or skips NaN).
+
+    Examples
+    --------
+    >>> from densitas.exceptions import DensitasError
+    >>> issubclass(NonFiniteError, DensitasError)
+    True
+    """
 
 
 @dataclass
 class StreamStats:
     """What a streamed search did: chunks and rows per chunk (the first chunk cut at ``first_rows``), query
     tiles, whether the source was pinned already, queries answered by the exact fallback pass, and the
-    candidate backend."""
+    candidate backend.
+
+    Examples
+    --------
+    >>> StreamStats(chunks=3, chunk_rows=1024).fallback_queries
+    0
+    """
 
     chunks: int = 0
     chunk_rows: int = 0
@@ -447,7 +460,14 @@ def transfer_floor(src: HostChunks, rows: int, device: torch.device | str = "cud
                    first_rows: int | None = None) -> float:
     """Seconds to copy every chunk of ``src`` host → device through the same pipeline with no compute (the
     floor a streamed search can approach): ``rows`` and ``first_rows`` as a search's :class:`StreamStats`
-    report them. CUDA only."""
+    report them. CUDA only.
+
+    Examples
+    --------
+    >>> import numpy as np, torch
+    >>> if torch.cuda.is_available():  # doctest: +SKIP
+    ...     seconds = transfer_floor(HostChunks(np.zeros((10**6, 64), np.float32)), rows=2**18)
+    """
     dev = torch.device(device)
     pipe = _Pipeline(src, rows, dev, first_rows)
     torch.cuda.synchronize(dev)
