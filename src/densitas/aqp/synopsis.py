@@ -113,6 +113,7 @@ class Synopsis:
         self._moment_cache: dict = {}
         self._label_cache: dict = {}
         self._s_bins: np.ndarray | None = None
+        self._last_inside: tuple | None = None
 
     # ---- query resolution -------------------------------------------------------------------------------
     def size_bytes(self) -> int:
@@ -266,7 +267,7 @@ class Synopsis:
         else:
             codes = np.zeros(len(gids), dtype=np.int64)
             out, m = {}, 1
-        sup = self.support(q)[gids] if method == "grid" else np.full(len(gids), np.inf)
+        sup = self._support(list(cols), box)[gids] if method == "grid" else np.full(len(gids), np.inf)
         sampled = np.isfinite(sup)
         thin = (np.bincount(codes, sampled, minlength=m) > 0) & \
             (np.bincount(codes, np.where(sampled, sup, 0.0), minlength=m) < MIN_SUPPORT)
@@ -457,10 +458,15 @@ class Synopsis:
         return self._s_bins
 
     def _inside(self, S, box) -> np.ndarray:
-        """(n,): whether each sample row is in the box."""
+        """(n,): whether each sample row is in the box (the last box's answer is kept: a query asks twice, for
+        its targets and for its support)."""
+        key = tuple((u, tuple(box[u])) for u in S)
+        if self._last_inside is not None and self._last_inside[0] == key:
+            return self._last_inside[1]
         inside = np.ones(len(self.s_vals), dtype=bool)
         for u in S:
             inside &= self._row_match(u, box[u], self.s_vals[:, u])
+        self._last_inside = (key, inside)
         return inside
 
     def _sample_targets(self, S, box, keys) -> np.ndarray:
@@ -475,7 +481,9 @@ class Synopsis:
         (:data:`MIN_SUPPORT`), which the engine reports in ``df.attrs["warnings"]``.
         """
         box, _ = self._box(q)
-        S = sorted(box)
+        return self._support(sorted(box), box)
+
+    def _support(self, S, box) -> np.ndarray:
         if not S:
             return np.full(len(self.N), np.inf)
         got = np.bincount(self.s_gid, self._inside(S, box), minlength=len(self.N)).astype(np.float64)
