@@ -41,19 +41,20 @@ PROGS_PER_SM = 8
 LOG2E = 1.0 / math.log(2.0)
 
 
-def _num_programs(device: torch.device) -> int:
+def _num_programs(device: torch.device, per_sm: int = PROGS_PER_SM) -> int:
     if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count * PROGS_PER_SM
+        return torch.cuda.get_device_properties(device).multi_processor_count * per_sm
     return 4
 
 
-def _schedule(band: np.ndarray, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, int, int]:
+def _schedule(band: np.ndarray, device: torch.device, progs_per_sm: int = PROGS_PER_SM
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, int, int]:
     """Split the live tiles (row ``I``: columns ``I … band[I]``) into equal runs, one per program."""
     T = band.shape[0]
     widths = band.astype(np.int64) - np.arange(T) + 1
     ends = np.cumsum(widths)
     total = int(ends[-1]) if T else 0
-    progs = max(1, min(total, _num_programs(device)))
+    progs = max(1, min(total, _num_programs(device, progs_per_sm)))
     per = -(-total // progs) if total else 1
     progs = max(1, -(-total // per)) if total else 1
     starts = np.arange(progs, dtype=np.int64) * per
@@ -258,3 +259,159 @@ def gauss_pairsum(z: torch.Tensor, w: torch.Tensor | None, a: torch.Tensor, chai
                             CHAIN=bool(chain) and K > 1, WEIGHTED=w is not None, PREC=GAUSS_PRECISION, B=B,
                             FAST=FAST_EXP2, num_warps=GAUSS_WARPS)
     return out.sum(0)[:, :K].T.contiguous()
+
+
+@triton.jit
+def _grad_moments(e, zi, zj, PREC: tl.constexpr):
+    """Σ_{i<j} e_ij and Σ_{i<j} e_ij (z_i − z_j)(z_i − z_j)ᵀ of one tile, on the tensor cores:
+    ``Z_Iᵀ diag(rowsum) Z_I + Z_Jᵀ diag(colsum) Z_J − C − Cᵀ`` with ``C = Z_Iᵀ E Z_J``."""
+    rs = tl.sum(e, axis=1)
+    cs = tl.sum(e, axis=0)
+    a = tl.dot(tl.trans(zi * rs[:, None]), zi, input_precision=PREC)
+    a = tl.dot(tl.trans(zj * cs[:, None]), zj, a, input_precision=PREC)
+    c = tl.dot(tl.trans(zi), tl.dot(e, zj, input_precision=PREC), input_precision=PREC)
+    return tl.sum(rs.to(tl.float64), axis=0), (a - c - tl.trans(c)).to(tl.float64)
+
+
+@triton.jit
+def _gauss_grad_kernel(z_ptr, nrm_ptr, w_ptr, band_ptr, si_ptr, sj_ptr, outs_ptr, outm_ptr, n, T, L, G,
+                       DP: tl.constexpr, WEIGHTED: tl.constexpr, PREC: tl.constexpr, B: tl.constexpr,
+                       FAST: tl.constexpr):
+    pid = tl.program_id(0)
+    I = tl.load(si_ptr + pid)
+    J = tl.load(sj_ptr + pid)
+    band_end = tl.load(band_ptr + I)
+    lanes = tl.arange(0, B)
+    dims = tl.arange(0, DP)
+    s1 = tl.zeros([1], tl.float64)
+    s2 = tl.zeros([1], tl.float64)
+    m1 = tl.zeros([DP, DP], tl.float64)
+    m2 = tl.zeros([DP, DP], tl.float64)
+    first = pid * G
+    t = 0
+    while (t < G) & (first + t < L):
+        ri = I * B + lanes
+        cj = J * B + lanes
+        mi = ri < n
+        mj = cj < n
+        zi = tl.load(z_ptr + ri[:, None] * DP + dims[None, :], mask=mi[:, None], other=0.0)
+        zj = tl.load(z_ptr + cj[:, None] * DP + dims[None, :], mask=mj[:, None], other=0.0)
+        ni = tl.load(nrm_ptr + ri, mask=mi, other=0.0)
+        nj = tl.load(nrm_ptr + cj, mask=mj, other=0.0)
+        y = ni[:, None] + nj[None, :] - 2.0 * tl.dot(zi, tl.trans(zj), input_precision=PREC)
+        y = tl.maximum(y, 0.0)
+        y = tl.where((cj[None, :] > ri[:, None]) & mj[None, :], y, float("inf"))  # upper triangle only
+        q = _exp2(y * -0.36067376022224085, FAST)  # exp(−Y/4): 0.25·log₂e
+        if WEIGHTED:
+            wi = tl.load(w_ptr + ri, mask=mi, other=0.0)
+            wj = tl.load(w_ptr + cj, mask=mj, other=0.0)
+            e1 = q * wi[:, None] * wj[None, :]
+        else:
+            e1 = q
+        e2 = e1 * q
+        a1, b1 = _grad_moments(e1, zi, zj, PREC)
+        a2, b2 = _grad_moments(e2, zi, zj, PREC)
+        s1 += a1
+        s2 += a2
+        m1 += b1
+        m2 += b2
+        I, J, band_end = _next_tile(I, J, band_end, band_ptr, T)
+        t += 1
+    tl.store(outs_ptr + pid * 2 + tl.arange(0, 1), s1)
+    tl.store(outs_ptr + pid * 2 + 1 + tl.arange(0, 1), s2)
+    offs = dims[:, None] * DP + dims[None, :]
+    tl.store(outm_ptr + pid * 2 * DP * DP + offs, m1)
+    tl.store(outm_ptr + pid * 2 * DP * DP + DP * DP + offs, m2)
+
+
+GRAD_BLOCK = 16 if _INTERP else 64
+
+
+def gauss_pairsum_grad(z: torch.Tensor, w: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Triton version of :func:`densitas.kde._torch.gauss_pairsum_grad` (same contract): the sums and the
+    second moments of every tile come from four small matrix products, so a BFGS step of LSCV(H) costs one
+    launch and one (2 + 2d²)-number read-back."""
+    n, d = z.shape
+    if n < 2:
+        return (torch.zeros(2, dtype=torch.float64, device=z.device),
+                torch.zeros(2, d, d, dtype=torch.float64, device=z.device))
+    B = GRAD_BLOCK
+    zp, nrm, wf, (band_t, si, sj, total, per, progs) = _prepared(z, w, B)
+    dp = zp.shape[1]
+    T = triton.cdiv(n, B)
+    outs = torch.empty(progs, 2, dtype=torch.float64, device=z.device)
+    outm = torch.empty(progs, 2, dp, dp, dtype=torch.float64, device=z.device)
+    _gauss_grad_kernel[(progs,)](zp, nrm, wf, band_t, si, sj, outs, outm, n, T, total, per, DP=dp,
+                                 WEIGHTED=w is not None, PREC=GAUSS_PRECISION, B=B, FAST=FAST_EXP2,
+                                 num_warps=GAUSS_WARPS)
+    # _prepared centres z; the moments of differences do not depend on the centre
+    return outs.sum(0), outm.sum(0)[:, :d, :d].contiguous()
+
+
+@triton.jit
+def _pairhist_kernel(z_ptr, nrm_ptr, w_ptr, band_ptr, si_ptr, sj_ptr, hist_ptr, n, T, L, G, u_lo, inv_rho, rho,
+                     y_floor, NB, DP: tl.constexpr, WEIGHTED: tl.constexpr, PREC: tl.constexpr, B: tl.constexpr):
+    """Each program scatters its tiles' pairs into its own copy of the histogram (no contention between
+    programs; the copies are summed afterwards)."""
+    pid = tl.program_id(0)
+    I = tl.load(si_ptr + pid)
+    J = tl.load(sj_ptr + pid)
+    band_end = tl.load(band_ptr + I)
+    lanes = tl.arange(0, B)
+    dims = tl.arange(0, DP)
+    base = hist_ptr + pid.to(tl.int64) * (NB + 1) * 3
+    first = pid * G
+    t = 0
+    while (t < G) & (first + t < L):
+        ri = I * B + lanes
+        cj = J * B + lanes
+        mi = ri < n
+        mj = cj < n
+        zi = tl.load(z_ptr + ri[:, None] * DP + dims[None, :], mask=mi[:, None], other=0.0)
+        zj = tl.load(z_ptr + cj[:, None] * DP + dims[None, :], mask=mj[:, None], other=0.0)
+        ni = tl.load(nrm_ptr + ri, mask=mi, other=0.0)
+        nj = tl.load(nrm_ptr + cj, mask=mj, other=0.0)
+        y = ni[:, None] + nj[None, :] - 2.0 * tl.dot(zi, tl.trans(zj), input_precision=PREC)
+        y = tl.maximum(y, 0.0)
+        valid = (cj[None, :] > ri[:, None]) & mj[None, :]
+        under = y < y_floor
+        u = tl.log2(tl.maximum(y, y_floor))
+        b = tl.minimum(tl.maximum(tl.floor((u - u_lo) * inv_rho), 0.0), NB - 1.0)
+        yc = tl.exp2(u_lo + (b + 0.5) * rho)
+        delta = tl.where(under, y, y / yc - 1.0)
+        idx = tl.where(under, 0, b.to(tl.int32) + 1)
+        if WEIGHTED:
+            wi = tl.load(w_ptr + ri, mask=mi, other=0.0)
+            wj = tl.load(w_ptr + cj, mask=mj, other=0.0)
+            wt = wi[:, None] * wj[None, :]
+        else:
+            wt = tl.full([B, B], 1.0, tl.float32)
+        ptr = base + idx * 3
+        tl.atomic_add(ptr, wt, mask=valid, sem="relaxed")
+        tl.atomic_add(ptr + 1, wt * delta, mask=valid, sem="relaxed")
+        tl.atomic_add(ptr + 2, wt * delta * delta, mask=valid, sem="relaxed")
+        I, J, band_end = _next_tile(I, J, band_end, band_ptr, T)
+        t += 1
+
+
+PAIRHIST_BLOCK = 16 if _INTERP else 64
+PAIRHIST_PROGS_PER_SM = 2  # private histogram copies: few enough to stay in L2
+
+
+def pair_histogram(z: torch.Tensor, w: torch.Tensor | None, grid) -> torch.Tensor:
+    """Triton version of :func:`densitas.kde.pairhist.pair_histogram_torch` (same contract; float32 pair
+    distances as in :func:`gauss_pairsum`, moments summed over the programs' copies in float64)."""
+    n = z.shape[0]
+    out = torch.zeros(grid.bins + 1, 3, dtype=torch.float64, device=z.device)
+    if n < 2:
+        return out
+    B = PAIRHIST_BLOCK
+    zp, nrm, wf, _ = _prepared(z, w, B)
+    T = triton.cdiv(n, B)
+    band_t, si, sj, total, per, progs = _schedule(np.full(T, T - 1, dtype=np.int64), z.device,
+                                                  PAIRHIST_PROGS_PER_SM)
+    hist = torch.zeros(progs, grid.bins + 1, 3, dtype=torch.float32, device=z.device)
+    _pairhist_kernel[(progs,)](zp, nrm, wf, band_t, si, sj, hist, n, T, total, per, grid.u_lo,
+                               1.0 / grid.rho, grid.rho, grid.y_floor, grid.bins, DP=zp.shape[1],
+                               WEIGHTED=w is not None, PREC=GAUSS_PRECISION, B=B, num_warps=GAUSS_WARPS)
+    return hist.sum(0, dtype=torch.float64)

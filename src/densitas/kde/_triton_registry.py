@@ -11,3 +11,5 @@ _lazy = partial(lazy, "densitas.kde._triton")
 
 register("kde_hermite_pairsum", "triton")(_lazy("hermite_pairsum"))
 register("kde_gauss_pairsum", "triton")(_lazy("gauss_pairsum"))
+register("kde_gauss_pairsum_grad", "triton")(_lazy("gauss_pairsum_grad"))
+register("kde_pair_histogram", "triton")(_lazy("pair_histogram"))

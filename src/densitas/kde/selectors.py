@@ -22,6 +22,7 @@ from densitas._backend.arrays import as_tensor, check_choice
 from densitas._backend.device import DeviceLike
 from densitas.exceptions import DensitasError, InputError
 from densitas.kde import binned as _binned
+from densitas.kde import pairhist as _pairhist
 from densitas.kde.kernels import SQRT_2PI, gaussian_derivative_at_zero, hermite_even_coefficients
 from densitas.kde.pairsum import gauss_grad_sums, gauss_sums, hermite_cutoff, hermite_sum
 
@@ -399,9 +400,16 @@ class _LscvScalar:
         return _lscv_value(s1, s2, hdet_inv, self.s.n, self.sw2, self.sww1, self.d)
 
     def minimise(self) -> tuple[float, float]:
-        """Coarse geometric grid over [h0/4, 4 h0], then zoom passes uniform in 1/h² to LSCV_RTOL in h."""
+        """Exact engine: from one pair-distance histogram (:mod:`densitas.kde.pairhist`) when its error bound
+        holds and the minimum is interior; otherwise a coarse geometric grid over [h0/4, 4 h0], then zoom passes
+        uniform in 1/h² to LSCV_RTOL in h."""
         n, d = self.s.n, self.d
         h0 = (4.0 / ((d + 2.0) * n)) ** (1.0 / (d + 4.0))
+        if self.engine == "exact":
+            const = _pairhist.LscvConstants(n, self.sw2, self.sww1, d, self.logdet_s)
+            found = _pairhist.lscv_h_minimum(self.z, self.s.w, h0, const, _lscv_value)
+            if found.trusted and not found.at_edge:
+                return found.h, found.value
         hs = h0 * np.geomspace(0.25, 4.0, LSCV_GRID)
         vals = self.objective(hs)
         for _ in range(4):  # the minimum sits on an end of the grid: extend the search that way

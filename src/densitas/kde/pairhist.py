@@ -1,0 +1,243 @@
+"""The pair-distance histogram behind the LSCV_h search (document 003 §4.5: the quadratic forms
+``Y_ij = ‖z_i − z_j‖²`` of the whitened data do not depend on ``h``).
+
+One O(n² d) pass bins every pair ``i < j`` by ``log₂ Y_ij`` into bins of width ``ρ = 1/BINS_PER_OCTAVE`` and
+keeps, per bin ``b`` with centre ``Y_b``, three moments of the pair's relative offset ``δ = Y/Y_b − 1``:
+``m_k = Σ w_i w_j δ^k`` (k = 0, 1, 2); pairs closer than ``y_floor`` go to bin 0, which keeps the raw moments
+``Σ w w Y^k`` around 0. Then, for any ``a``, ``S(a) = Σ_{i<j} w_i w_j e^{−a Y_ij}`` is
+
+    S(a) ≈ (M_0 − a M_1 + a² M_2 / 2) + Σ_{b ≥ 1} e^{−x_b} (m_0 − x_b m_1 + x_b² m_2 / 2),   x_b = a Y_b
+
+(``M_k`` the raw moments of bin 0), evaluated in O(bins) instead of O(n²): every later ``h`` costs microseconds.
+
+**Error bound.** Per pair, ``e^{−aY} = e^{−aY_b} e^{−x}`` with ``x = a Y_b δ``; truncating ``e^{−x}`` after
+three terms leaves at most ``|x|³/6 · e^{|x|}``. With ``|δ| ≤ δ_max = 2^{ρ/2} − 1`` (2.7e-3 at 128 bins per
+octave) each bin's error is at most ``m_0 e^{−aY_b(1 − δ_max)} (aY_b δ_max)³ / 6``, and bin 0's at most
+``m_0 (a y_floor)³ / 6``. :meth:`PairHistogram.sums` returns this bound beside ``S(a)``; it is computed from the
+histogram itself, so it holds for any data (the search falls back to exact pair sums where it is too large).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from densitas._backend.dispatch import register, select
+
+__all__ = ["BINS_PER_OCTAVE", "GridMinimum", "PairHistogram", "minimise_on_grids", "pair_histogram"]
+
+BINS_PER_OCTAVE = 128
+MOMENTS = 3
+
+
+@dataclass(frozen=True)
+class HistogramGrid:
+    """Bin layout: bin 0 holds ``Y < y_floor``; bin ``b ≥ 1`` covers ``log₂ Y ∈ [u_lo + (b−1)ρ, u_lo + bρ)``."""
+
+    u_lo: float  # log₂ y_floor
+    rho: float
+    bins: int  # number of log bins (the tensor has bins + 1 rows)
+
+    @classmethod
+    def covering(cls, y_floor: float, y_hi: float, bins_per_octave: int = BINS_PER_OCTAVE) -> HistogramGrid:
+        """Bins from ``y_floor`` to at least ``y_hi``."""
+        u_lo = math.log2(y_floor)
+        rho = 1.0 / bins_per_octave
+        bins = max(1, math.ceil((math.log2(max(y_hi, y_floor * 2.0)) - u_lo) / rho) + 1)
+        return cls(u_lo, rho, bins)
+
+    @property
+    def y_floor(self) -> float:
+        return 2.0**self.u_lo
+
+    @property
+    def delta_max(self) -> float:
+        return 2.0 ** (self.rho / 2.0) - 1.0
+
+    def centres(self, device: torch.device) -> torch.Tensor:
+        b = torch.arange(1, self.bins + 1, dtype=torch.float64, device=device)
+        return torch.exp2(self.u_lo + (b - 0.5) * self.rho)
+
+
+@dataclass
+class PairHistogram:
+    """Moments of the pair distances ``Y_ij`` per log bin; :meth:`sums` gives ``Σ_{i<j} w w e^{−aY}`` for any ``a``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> z = torch.tensor([[0.0], [1.0], [3.0]], dtype=torch.float64)
+    >>> hist = pair_histogram(z, None, y_floor=1e-6, y_hi=10.0)
+    >>> s, bound = hist.sums(torch.tensor([0.5], dtype=torch.float64))
+    >>> exact = math.exp(-0.5) + math.exp(-0.5 * 9) + math.exp(-0.5 * 4)
+    >>> bool(abs(float(s[0]) - exact) <= float(bound[0]) + 1e-15)
+    True
+    """
+
+    grid: HistogramGrid
+    moments: torch.Tensor  # (bins + 1, 3) float64
+
+    def sums(self, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``S(a)`` and its truncation-error bound for each entry of ``a`` (float64 tensors, shape of ``a``)."""
+        a = a.to(self.moments)
+        shape = a.shape
+        a = a.reshape(-1, 1)
+        m = self.moments
+        yc = self.grid.centres(m.device)[None, :]
+        x = a * yc
+        e = torch.exp(-x)
+        logb = e * (m[None, 1:, 0] - x * m[None, 1:, 1] + 0.5 * x * x * m[None, 1:, 2])
+        a0 = a[:, 0]
+        under = m[0, 0] - a0 * m[0, 1] + 0.5 * a0 * a0 * m[0, 2]
+        s = logb.sum(1) + under
+        dm = self.grid.delta_max
+        xb = x * dm
+        bound = (torch.exp(-x * (1.0 - dm)) * xb**3 / 6.0 * m[None, 1:, 0]).sum(1)
+        bound = bound + m[0, 0] * (a0 * self.grid.y_floor) ** 3 / 6.0 * torch.exp(a0 * self.grid.y_floor)
+        return s.reshape(shape), bound.reshape(shape)
+
+
+def pair_histogram(z: torch.Tensor, w: torch.Tensor | None, *, y_floor: float, y_hi: float,
+                   bins_per_octave: int = BINS_PER_OCTAVE) -> PairHistogram:
+    """Bin every pair ``i < j`` of the rows of ``z`` by ``Y_ij = ‖z_i − z_j‖²`` (one O(n² d) pass).
+
+    ``y_hi`` must bound every ``Y_ij`` (``4 max_i ‖z_i − c‖²`` for any centre ``c`` does); larger pairs are kept in
+    the last bin, where the error bound no longer holds.
+    """
+    grid = HistogramGrid.covering(y_floor, y_hi, bins_per_octave)
+    _, fn = select("kde_pair_histogram", z.device)
+    return PairHistogram(grid, fn(z, w, grid))
+
+
+@dataclass(frozen=True)
+class GridMinimum:
+    """Where :func:`minimise_on_grids` found the minimum."""
+
+    h: float
+    value: float
+    at_edge: bool  # the first grid's minimum is one of its ends (the true minimum may lie outside)
+    trusted: bool  # the objective's error bound holds at the minimum (see the caller's ``evaluate``)
+
+
+GRID_POINTS = 256
+GRID_STAGES = 3
+
+
+def minimise_on_grids(evaluate: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]], lo: float, hi: float,
+                      device: torch.device, *, points: int = GRID_POINTS, stages: int = GRID_STAGES) -> GridMinimum:
+    """Minimise a cheap objective over ``h ∈ [lo, hi]`` without leaving the device: a geometric grid of
+    ``points`` values, then ``stages − 1`` grids of ``points`` values between the neighbours of the previous
+    minimum (relative spacing ``(hi/lo)^(1/points)`` shrinking by ``points/2`` per stage). ``evaluate(hs)``
+    returns the objective and a "trusted" flag per value. One read-back at the end.
+
+    Examples
+    --------
+    >>> f = lambda hs: ((torch.log(hs) - math.log(0.3)) ** 2, torch.ones_like(hs, dtype=torch.bool))
+    >>> found = minimise_on_grids(f, 0.01, 10.0, torch.device("cpu"))
+    >>> round(found.h, 6), found.at_edge, found.trusted
+    (0.3, False, True)
+    """
+    t = torch.linspace(0.0, 1.0, points, dtype=torch.float64, device=device)
+    lo_t = torch.tensor(math.log(lo), dtype=torch.float64, device=device)
+    hi_t = torch.tensor(math.log(hi), dtype=torch.float64, device=device)
+    edge = None
+    for _ in range(stages):
+        log_h = lo_t + (hi_t - lo_t) * t
+        vals, ok = evaluate(torch.exp(log_h))
+        k = torch.argmin(torch.nan_to_num(vals, nan=math.inf))
+        if edge is None:
+            edge = (k == 0) | (k == points - 1)
+        best_log, best_val, best_ok = log_h[k], vals[k], ok[k]
+        lo_t = log_h[(k - 1).clamp(min=0)]
+        hi_t = log_h[(k + 1).clamp(max=points - 1)]
+    out = torch.stack([best_log.exp(), best_val, edge.to(torch.float64), best_ok.to(torch.float64)]).cpu()
+    return GridMinimum(float(out[0]), float(out[1]), bool(out[2]), bool(out[3]))
+
+
+# --------------------------------------------------------------------------------- PyTorch reference
+
+_TILE_ELEMS = 1 << 18
+
+
+@register("kde_pair_histogram", "torch")
+def pair_histogram_torch(z: torch.Tensor, w: torch.Tensor | None, grid: HistogramGrid) -> torch.Tensor:
+    """(bins + 1, 3) float64 moments, in float64 tiles of the strict upper triangle."""
+    n = z.shape[0]
+    zd = z.to(torch.float64)
+    zd = zd - zd.mean(0)
+    wd = None if w is None else w.to(torch.float64)
+    out = torch.zeros(grid.bins + 1, MOMENTS, dtype=torch.float64, device=z.device)
+    cols = 2048
+    rows = max(1, min(n, _TILE_ELEMS // cols))
+    for i0 in range(0, n - 1, rows):
+        i1 = min(n, i0 + rows)
+        for j0 in range(i0 + 1, n, cols):
+            j1 = min(n, j0 + cols)
+            y = torch.cdist(zd[i0:i1], zd[j0:j1]).square_()
+            keep = torch.arange(j0, j1, device=z.device)[None, :] > torch.arange(i0, i1, device=z.device)[:, None]
+            yv = y[keep]
+            wt = torch.ones_like(yv) if wd is None else (wd[i0:i1, None] * wd[None, j0:j1])[keep]
+            _accumulate(out, yv, wt, grid)
+    return out
+
+
+def _accumulate(out: torch.Tensor, y: torch.Tensor, wt: torch.Tensor, grid: HistogramGrid) -> None:
+    under = y < grid.y_floor
+    u = torch.log2(y.clamp_min(grid.y_floor))
+    idx = torch.floor((u - grid.u_lo) / grid.rho).long().clamp_(0, grid.bins - 1) + 1
+    yc = torch.exp2(grid.u_lo + (idx.to(torch.float64) - 0.5) * grid.rho)
+    delta = torch.where(under, y, y / yc - 1.0)
+    idx = torch.where(under, torch.zeros_like(idx), idx)
+    for k in range(MOMENTS):
+        out[:, k].index_add_(0, idx, wt * delta**k)
+
+
+# ------------------------------------------------------------------------------------ the LSCV_h search
+
+SEARCH_SPAN = 64.0  # the search covers [h0/64, 64 h0]; a minimum at an end hands over to the caller's search
+TRUST_RTOL = 1e-6  # the objective's error bound, relative to its positive term, below which the minimum is used
+
+
+@dataclass(frozen=True)
+class LscvConstants:
+    """The sample's constants in LSCV(h²S) (see ``densitas.kde.selectors._lscv_value``)."""
+
+    n: float  # Σ w
+    sw2: float  # Σ w²
+    sww1: float  # Σ w (w − 1)
+    d: int
+    logdet_s: float  # log |S|
+
+
+def lscv_h_minimum(z: torch.Tensor, w: torch.Tensor | None, h0: float, const: LscvConstants,
+                   value_fn: Callable[..., torch.Tensor]) -> GridMinimum:
+    """Minimise LSCV(h²S) over ``h ∈ [h0/64, 64 h0]`` from one pair histogram of the whitened data ``z``.
+
+    ``value_fn(s1, s2, hdet_inv, n, sw2, sww1, d)`` is the LSCV formula (``selectors._lscv_value``). The result
+    is ``trusted`` when the histogram's error bound on the objective at the minimum is below ``TRUST_RTOL`` of
+    its positive term, and ``at_edge`` when the minimum is an end of the range.
+    """
+    lo, hi = h0 / SEARCH_SPAN, h0 * SEARCH_SPAN
+    zc = z - z.mean(0)
+    y_hi = 4.0 * float((zc * zc).sum(1).max()) * (1.0 + 1e-6) + 1e-300
+    y_floor = 1e-3 * lo * lo  # a·Y ≤ 1e-3 in bin 0 for every h in range: its Taylor terms are exact to 1e-10
+    hist = pair_histogram(z, w, y_floor=y_floor, y_hi=y_hi)
+    d = const.d
+    c2 = (4.0 * math.pi) ** (-0.5 * d)
+    n2 = const.n * const.n
+
+    def evaluate(hs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        a = 1.0 / (4.0 * hs * hs)
+        s1, b1 = hist.sums(a)
+        s2, b2 = hist.sums(2.0 * a)
+        hdet_inv = torch.exp(-d * torch.log(hs) - 0.5 * const.logdet_s)
+        vals = value_fn(s1, s2, hdet_inv, const.n, const.sw2, const.sww1, d)
+        # the bound on |LSCV − value| is the same formula on the sums' bounds, in absolute value
+        err = value_fn(b1, -b2, hdet_inv, const.n, 0.0, 0.0, d).abs()
+        scale = c2 * hdet_inv * (const.sw2 + 2.0 * s1) / n2
+        return vals, err <= TRUST_RTOL * scale
+
+    return minimise_on_grids(evaluate, lo, hi, z.device)

@@ -1,0 +1,100 @@
+"""The pair-distance histogram (LSCV_h search) and the LSCV(H) gradient kernel, against float64 brute force."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from densitas._backend.dispatch import use_backend
+from densitas.kde import bandwidth, pairhist
+from densitas.kde import selectors as sel
+from densitas.kde.pairsum import gauss_grad_sums
+
+
+def _pairs(x: np.ndarray, w: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    i, j = np.triu_indices(x.shape[0], 1)
+    y = ((x[i] - x[j]) ** 2).sum(1)
+    return y, (np.ones_like(y) if w is None else w[i] * w[j])
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_histogram_sums_within_their_bound(backend, rng, weighted):
+    n = 120 if backend == "torch" else 40
+    x = rng.normal(size=(n, 3)) * np.array([1.0, 0.1, 3.0])
+    x[7] = x[3]  # a duplicate: Y = 0 lands in bin 0
+    w = rng.uniform(0.5, 3.0, n) if weighted else None
+    y, wt = _pairs(x, w)
+    xc = x - x.mean(0)
+    hist = pairhist.pair_histogram(torch.from_numpy(x), None if w is None else torch.from_numpy(w),
+                                   y_floor=1e-6, y_hi=4.0 * float((xc**2).sum(1).max()) * 1.001)
+    a = np.array([1e-3, 0.05, 0.5, 5.0, 50.0])
+    exact = (wt[None, :] * np.exp(-a[:, None] * y[None, :])).sum(1)
+    s, bound = (t.numpy() for t in hist.sums(torch.from_numpy(a)))
+    # float32 pair distances on the Triton path add ~1e-5 relative (a·ΔY, ΔY ~ 1e-7·Y) to the histogram's own (bounded) error
+    slack = 1e-12 if backend == "torch" else 3e-5
+    assert np.all(np.abs(s - exact) <= bound + slack * exact), (s, exact, bound)
+    # the bound is useful, not vacuous: ~1e-8 of the sum at 128 bins per octave
+    assert np.all(bound <= 1e-6 * exact)
+    assert float(hist.moments[:, 0].sum()) == pytest.approx(wt.sum(), rel=1e-6)
+
+
+def test_histogram_bound_is_tight_enough_to_detect_coarse_bins(rng):
+    """At 2 bins per octave the truncation error is large, and the bound still covers it (and grows with it)."""
+    x = rng.normal(size=(200, 2))
+    y, _ = _pairs(x, None)
+    hist = pairhist.pair_histogram(torch.from_numpy(x), None, y_floor=1e-6, y_hi=4.0 * float((x**2).sum(1).max()) * 2,
+                                   bins_per_octave=2)
+    a = np.array([0.5, 2.0])
+    exact = np.exp(-a[:, None] * y[None, :]).sum(1)
+    s, bound = (t.numpy() for t in hist.sums(torch.from_numpy(a)))
+    err = np.abs(s - exact)
+    assert np.all(err <= bound)
+    assert np.all(err > 1e-6 * exact)  # coarse bins really are inexact ...
+    assert np.all(bound < 500 * err)  # ... and the worst-case bound is not vacuous (errors partly cancel)
+
+
+def test_search_falls_back_when_the_bound_fails(monkeypatch, rng):
+    """An untrusted histogram minimum is not used: the exact zoom search runs instead (same answer as with the
+    histogram disabled)."""
+    x = rng.normal(size=(150, 2))
+    monkeypatch.setattr(pairhist, "TRUST_RTOL", 0.0)  # nothing is trusted
+    calls = []
+    real = sel.gauss_sums
+    monkeypatch.setattr(sel, "gauss_sums", lambda *a, **k: calls.append(1) or real(*a, **k))
+    h_fallback = bandwidth(x, "lscv_h", device="cpu")
+    assert calls, "the exact search did not run"
+    monkeypatch.setattr(pairhist, "TRUST_RTOL", 1e-6)
+    calls.clear()
+    h_hist = bandwidth(x, "lscv_h", device="cpu")
+    assert not calls, "a trusted histogram minimum still ran exact pair sums"
+    np.testing.assert_allclose(h_hist, h_fallback, rtol=3e-4)
+
+
+def test_minimise_on_grids_reaches_a_fine_interior_minimum():
+    target = 0.1234567
+    f = lambda hs: ((torch.log(hs / target)) ** 2 + 1.0, torch.ones_like(hs, dtype=torch.bool))
+    found = pairhist.minimise_on_grids(f, 1e-3, 10.0, torch.device("cpu"))
+    assert found.h == pytest.approx(target, rel=1e-6)
+    assert not found.at_edge and found.trusted
+    edge = pairhist.minimise_on_grids(lambda hs: (hs, torch.ones_like(hs, dtype=torch.bool)), 1.0, 2.0,
+                                      torch.device("cpu"))
+    assert edge.at_edge and edge.h == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_lscv_gradient_sums_against_brute_force(backend, rng, weighted):
+    n, d = (90, 3) if backend == "torch" else (40, 3)
+    z = rng.normal(size=(n, d))
+    w = rng.uniform(0.2, 2.0, n) if weighted else None
+    i, j = np.triu_indices(n, 1)
+    u = z[i] - z[j]
+    e = np.exp(-(u**2).sum(1) / 4.0) * (1.0 if w is None else w[i] * w[j])
+    e2 = np.exp(-(u**2).sum(1) / 2.0) * (1.0 if w is None else w[i] * w[j])
+    want_s = np.array([e.sum(), e2.sum()])
+    want_a = np.stack([np.einsum("p,pa,pb->ab", e, u, u), np.einsum("p,pa,pb->ab", e2, u, u)])
+    with use_backend(backend):
+        s, a = gauss_grad_sums(torch.from_numpy(z), None if w is None else torch.from_numpy(w))
+    rtol = 1e-12 if backend == "torch" else 2e-6
+    np.testing.assert_allclose(s.numpy(), want_s, rtol=rtol)
+    np.testing.assert_allclose(a.numpy(), want_a, rtol=rtol, atol=rtol * np.abs(want_a).max())
