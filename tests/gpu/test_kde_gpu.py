@@ -53,3 +53,51 @@ def test_lscv_h_gpu_is_as_good_as_cpu(rng):
         Hc = bandwidth(x, "lscv_h", device="cpu")
     vg, vc = lscv_objective(x, Hg, device="cpu"), lscv_objective(x, Hc, device="cpu")
     assert vg <= vc + 1e-6 * abs(vc)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_pair_histogram_gpu_matches_torch(rng, weighted):
+    from densitas.kde import pairhist
+
+    x = torch.from_numpy(rng.normal(size=(6000, 16))).cuda()
+    w = torch.from_numpy(rng.uniform(0.5, 2.0, 6000)).cuda() if weighted else None
+    xc = x - x.mean(0)
+    kw = dict(y_floor=1e-9, y_hi=4.0 * float((xc * xc).sum(1).max()) * 1.001)
+    got = pairhist.pair_histogram(x, w, **kw)
+    with use_backend("torch"):
+        want = pairhist.pair_histogram(x, w, **kw)
+    a = torch.tensor([0.01, 0.05, 0.2, 1.0], dtype=torch.float64)
+    s_got, _ = got.sums(a)
+    s_want, bound = want.sums(a)
+    assert torch.allclose(s_got.cpu(), s_want.cpu(), rtol=2e-5)
+    assert bool((bound <= 1e-6 * s_want).all())
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_lscv_gradient_sums_gpu_match_torch(rng, weighted):
+    from densitas.kde.pairsum import gauss_grad_sums
+
+    z = torch.from_numpy(rng.normal(size=(5000, 16))).cuda()
+    w = torch.from_numpy(rng.uniform(0.5, 2.0, 5000)).cuda() if weighted else None
+    s, a = gauss_grad_sums(z, w)
+    with use_backend("torch"):
+        s0, a0 = gauss_grad_sums(z, w)
+    assert torch.allclose(s, s0, rtol=2e-5)
+    assert torch.allclose(a, a0, rtol=2e-5, atol=2e-5 * float(a0.abs().max()))
+
+
+def test_lscv_h_gpu_is_a_minimiser(rng):
+    x = rng.normal(size=(3000, 3)) @ np.array([[1.0, 0.5, 0.0], [0.0, 0.8, 0.3], [0.0, 0.0, 0.6]])
+    H = bandwidth(torch.from_numpy(x).cuda(), "lscv_h")
+    with use_backend("torch"):
+        H0 = bandwidth(torch.from_numpy(x), "lscv_h", device="cpu")
+    np.testing.assert_allclose(H, H0, rtol=1e-4)
+
+
+def test_plugin_small_n_device_cutoffs_gpu(rng):
+    """n below DEVICE_CUTOFF_MAX_N: the cutoffs stay on the device and far tiles are skipped in the kernel."""
+    x = np.concatenate([rng.normal(0, 1, 20_000), rng.normal(40, 1, 20_000)])  # two far clusters
+    got = plugin_functional(torch.from_numpy(x).cuda(), 4, 0.1)
+    with use_backend("torch"):
+        want = plugin_functional(torch.from_numpy(x), 4, 0.1, device="cpu")
+    assert got == pytest.approx(want, rel=1e-5)

@@ -31,7 +31,7 @@ def test_histogram_sums_within_their_bound(backend, rng, weighted):
     a = np.array([1e-3, 0.05, 0.5, 5.0, 50.0])
     exact = (wt[None, :] * np.exp(-a[:, None] * y[None, :])).sum(1)
     s, bound = (t.numpy() for t in hist.sums(torch.from_numpy(a)))
-    # float32 pair distances on the Triton path add ~1e-5 relative (a·ΔY, ΔY ~ 1e-7·Y) to the histogram's own (bounded) error
+    # float32 pair distances on the Triton path add ~1e-5 relative (a·ΔY, ΔY ~ 1e-7·Y) to the bounded error
     slack = 1e-12 if backend == "torch" else 3e-5
     assert np.all(np.abs(s - exact) <= bound + slack * exact), (s, exact, bound)
     # the bound is useful, not vacuous: ~1e-8 of the sum at 128 bins per octave
@@ -98,3 +98,18 @@ def test_lscv_gradient_sums_against_brute_force(backend, rng, weighted):
     rtol = 1e-12 if backend == "torch" else 2e-6
     np.testing.assert_allclose(s.numpy(), want_s, rtol=rtol)
     np.testing.assert_allclose(a.numpy(), want_a, rtol=rtol, atol=rtol * np.abs(want_a).max())
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_pruned_hermite_sum_skips_far_tiles_exactly(rng, weighted):
+    """The cutoff leaves most tiles of a spread sample dead; the Triton kernel skips them on the device and the
+    sum still equals the unpruned float64 sum (a wrong skip test drops or double-counts whole tiles)."""
+    from densitas.kde.pairsum import hermite_sum
+
+    x = torch.from_numpy(np.sort(rng.uniform(0.0, 60.0, 120)))
+    w = torch.from_numpy(rng.uniform(0.5, 2.0, 120)) if weighted else None
+    with use_backend("torch"):
+        want = hermite_sum(x, w, 0.7, 4, prune=False)
+    with use_backend("triton"):
+        got = hermite_sum(x, w, 0.7, 4, prune=True)
+    assert got == pytest.approx(want, rel=2e-6)

@@ -97,8 +97,9 @@ def _hermite_tile(xi, xj, coef_ptr, NC: tl.constexpr, B: tl.constexpr, FAST: tl.
 
 
 @triton.jit
-def _hermite_kernel(x_ptr, w_ptr, coef_ptr, band_ptr, si_ptr, sj_ptr, out_ptr, n, T, L, G,
-                    NC: tl.constexpr, WEIGHTED: tl.constexpr, B: tl.constexpr, FAST: tl.constexpr):
+def _hermite_kernel(x_ptr, w_ptr, coef_ptr, band_ptr, si_ptr, sj_ptr, jmax_ptr, out_ptr, n, T, L, G,
+                    NC: tl.constexpr, WEIGHTED: tl.constexpr, SKIP: tl.constexpr, B: tl.constexpr,
+                    FAST: tl.constexpr):
     pid = tl.program_id(0)
     I = tl.load(si_ptr + pid)
     J = tl.load(sj_ptr + pid)
@@ -111,25 +112,31 @@ def _hermite_kernel(x_ptr, w_ptr, coef_ptr, band_ptr, si_ptr, sj_ptr, out_ptr, n
     while (t < G) & (first + t < L):
         ri = I * B + lanes
         cj = J * B + lanes
-        if (J > I) & ((J + 1) * B <= n):  # interior tile: every pair is live, no masks
-            xi = tl.load(x_ptr + ri)
-            xj = tl.load(x_ptr + cj)
-            val = _hermite_tile(xi, xj, coef_ptr, NC, B, FAST)
-            if WEIGHTED:
-                val = val * tl.load(w_ptr + ri)[:, None] * tl.load(w_ptr + cj)[None, :]
+        if SKIP:  # the schedule covers the whole triangle; tiles beyond the last row's cutoff hold no live pair
+            live = J * B <= tl.load(jmax_ptr + tl.minimum(I * B + B - 1, n - 1))
         else:
-            mi = ri < n
-            mj = cj < n
-            xi = tl.load(x_ptr + ri, mask=mi, other=0.0)
-            xj = tl.load(x_ptr + cj, mask=mj, other=0.0)
-            val = _hermite_tile(xi, xj, coef_ptr, NC, B, FAST)
-            if WEIGHTED:
-                wi = tl.load(w_ptr + ri, mask=mi, other=0.0)
-                wj = tl.load(w_ptr + cj, mask=mj, other=0.0)
-                val = val * wi[:, None] * wj[None, :]
-            valid = (cj[None, :] > ri[:, None]) & mj[None, :]
-            val = tl.where(valid, val, 0.0)
-        acc += tl.sum(tl.sum(val, axis=1).to(tl.float64), axis=0)
+            live = J >= 0
+        if live:
+            if (J > I) & ((J + 1) * B <= n):  # interior tile: every pair is live, no masks
+                xi = tl.load(x_ptr + ri)
+                xj = tl.load(x_ptr + cj)
+                val = _hermite_tile(xi, xj, coef_ptr, NC, B, FAST)
+                if WEIGHTED:
+                    val = val * tl.load(w_ptr + ri)[:, None] * tl.load(w_ptr + cj)[None, :]
+                acc += tl.sum(tl.sum(val, axis=1).to(tl.float64), axis=0)
+            else:
+                mi = ri < n
+                mj = cj < n
+                xi = tl.load(x_ptr + ri, mask=mi, other=0.0)
+                xj = tl.load(x_ptr + cj, mask=mj, other=0.0)
+                val = _hermite_tile(xi, xj, coef_ptr, NC, B, FAST)
+                if WEIGHTED:
+                    wi = tl.load(w_ptr + ri, mask=mi, other=0.0)
+                    wj = tl.load(w_ptr + cj, mask=mj, other=0.0)
+                    val = val * wi[:, None] * wj[None, :]
+                valid = (cj[None, :] > ri[:, None]) & mj[None, :]
+                val = tl.where(valid, val, 0.0)
+                acc += tl.sum(tl.sum(val, axis=1).to(tl.float64), axis=0)
         I, J, band_end = _next_tile(I, J, band_end, band_ptr, T)
         t += 1
     tl.store(out_ptr + pid + tl.arange(0, 1), acc)
@@ -144,18 +151,33 @@ def hermite_pairsum(x: torch.Tensor, w: torch.Tensor | None, scale: float, coefs
     xs = (x.to(torch.float64) * scale).to(torch.float32).contiguous()  # u = x_j − x_i directly
     cf = torch.tensor(coefs, dtype=torch.float32, device=x.device)
     T = triton.cdiv(n, B)
-    if jmax is None:
-        band = np.full(T, T - 1, dtype=np.int64)
-    else:
+    skip = jmax is not None and n <= DEVICE_CUTOFF_MAX_N
+    if jmax is None or skip:  # the whole triangle's schedule, cached: no read-back of the cutoffs
+        band_t, si, sj, total, per, progs = _full_schedule(T, x.device)
+    else:  # a band schedule balances the live tiles when pruning removes many of a large sample's pairs
         last_rows = np.minimum((np.arange(T) + 1) * B, n) - 1
         band = jmax.cpu().numpy()[last_rows] // B
         band = np.maximum(band, np.arange(T))
-    band_t, si, sj, total, per, progs = _schedule(band, x.device)
+        band_t, si, sj, total, per, progs = _schedule(band, x.device)
     out = torch.empty(progs, dtype=torch.float64, device=x.device)
     wf = xs if w is None else w.to(torch.float32).contiguous()
-    _hermite_kernel[(progs,)](xs, wf, cf, band_t, si, sj, out, n, T, total, per, NC=len(coefs),
-                              WEIGHTED=w is not None, B=B, FAST=FAST_EXP2, num_warps=HERMITE_WARPS)
+    jm = jmax.to(torch.int32).contiguous() if skip else si
+    _hermite_kernel[(progs,)](xs, wf, cf, band_t, si, sj, jm, out, n, T, total, per, NC=len(coefs),
+                              WEIGHTED=w is not None, SKIP=skip, B=B, FAST=FAST_EXP2, num_warps=HERMITE_WARPS)
     return float(out.sum())
+
+
+DEVICE_CUTOFF_MAX_N = 1 << 17  # up to here the cutoffs stay on the device (tiles beyond them are skipped)
+_FULL_SCHEDULES: dict[tuple[int, str], tuple] = {}
+
+
+def _full_schedule(T: int, device: torch.device) -> tuple:
+    key = (T, str(device))
+    if key not in _FULL_SCHEDULES:
+        if len(_FULL_SCHEDULES) >= 8:
+            _FULL_SCHEDULES.pop(next(iter(_FULL_SCHEDULES)))
+        _FULL_SCHEDULES[key] = _schedule(np.full(T, T - 1, dtype=np.int64), device)
+    return _FULL_SCHEDULES[key]
 
 
 @triton.jit
