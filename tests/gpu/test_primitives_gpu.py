@@ -95,3 +95,25 @@ def test_sat(shape):
     assert _rel(got, want) <= 1e-5
     got64 = P.summed_area_table(a, dtype=torch.float64)
     assert _rel(got64, want) <= 1e-12
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("linear", [False, True])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_shared_memory_histogram_matches_torch(dtype, linear, weighted):
+    """The CuPy shared-memory kernel (1-D histograms on CUDA) against the PyTorch reference, edges included."""
+    from densitas.primitives import _cuda
+
+    if not _cuda.available():
+        pytest.fail("CuPy is part of the GPU image; the shared-memory histogram must be tested there")
+    n = 3_000_017
+    x = (torch.rand(n, device="cuda", dtype=torch.float64) * 1.2 - 0.1).to(dtype)
+    x[:1000] = torch.linspace(0.0, 1.0, 1000, device="cuda", dtype=torch.float64).to(dtype)  # edge values
+    w = torch.rand(n, device="cuda", dtype=dtype) if weighted else None
+    got, _ = P.histogram(x, 4096, (0.0, 1.0), weights=w, linear=linear)
+    with use_backend("torch"):
+        want, _ = P.histogram(x, 4096, (0.0, 1.0), weights=w, linear=linear)
+    if not weighted and not linear:
+        assert torch.equal(got.cpu(), want.cpu())
+    else:
+        assert _rel(got, want) <= 1e-9

@@ -22,6 +22,7 @@ import triton
 import triton.language as tl
 
 from densitas._backend.dispatch import interpret_mode
+from densitas.primitives import _cuda
 from densitas.primitives import _torch as ref
 from densitas.primitives._common import OP_CODE, acc_dtype, compute_dtype, identity
 
@@ -555,6 +556,9 @@ def histogram(x: torch.Tensor, bins: tuple[int, ...], lo: tuple[float, ...], hi:
     n = x.shape[0]
     if d > 2 or n == 0:
         return ref.histogram(x, bins, lo, hi, weights, linear)
+    if d == 1 and x.device.type == "cuda" and bins[0] <= _cuda.MAX_BINS and _cuda.available():
+        out = _cuda.histogram1d(x[:, 0], bins[0], lo[0], hi[0], weights, linear)
+        return out.round().to(torch.int64) if (weights is None and not linear) else out
     total = 1
     for b in bins:
         total *= b
