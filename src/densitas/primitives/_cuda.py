@@ -11,8 +11,10 @@ plain bins, clamped linear weights.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
+import warnings
 
 import torch
 
@@ -82,6 +84,19 @@ def _module():
     return cupy.RawModule(code=_SOURCE, options=("--std=c++14",))
 
 
+def _torch_stream(device: torch.device):
+    """PyTorch's current stream as a CuPy stream context (CuPy 14 deprecates ``ExternalStream`` in favour of
+    ``Stream.from_external``; either works for a raw handle)."""
+    import cupy
+
+    ptr = torch.cuda.current_stream(device).cuda_stream
+    if ptr == 0:  # the legacy default stream: CuPy's default too
+        return contextlib.nullcontext()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return cupy.cuda.ExternalStream(ptr)
+
+
 def histogram1d(x: torch.Tensor, nb: int, lo: float, hi: float, weights: torch.Tensor | None,
                 linear: bool, shared: str | None = None) -> torch.Tensor:
     """(nb,) float64 bin totals of the 1-D CUDA tensor ``x`` (float32 or float64), same rules as the Triton
@@ -100,8 +115,7 @@ def histogram1d(x: torch.Tensor, nb: int, lo: float, hi: float, weights: torch.T
     blocks = max(min(sms * BLOCKS_PER_SM, -(-n // THREADS)), -(-n // MAX_PER_BLOCK))
     acc = shared or ("f32" if (weights is None and not linear) else "f64")
     kernel = _module().get_function(f"hist_{'f32' if dt == torch.float32 else 'f64'}_{acc}")
-    stream = cupy.cuda.ExternalStream(torch.cuda.current_stream(x.device).cuda_stream)
-    with cupy.cuda.Device(x.device.index or 0), stream:
+    with cupy.cuda.Device(x.device.index or 0), _torch_stream(x.device):
         kernel((blocks,), (THREADS,), (cupy.from_dlpack(xc), cupy.from_dlpack(wc), cupy.from_dlpack(out),
                                        cupy.int64(n), cupy.float64(lo), cupy.float64(hi), cupy.int32(nb),
                                        cupy.int32(int(linear)), cupy.int32(int(weights is not None))),
