@@ -70,7 +70,7 @@ def test_pair_histogram_gpu_matches_torch(rng, weighted):
     s_got, _ = got.sums(a)
     s_want, bound = want.sums(a)
     assert torch.allclose(s_got.cpu(), s_want.cpu(), rtol=2e-5)
-    assert bool((bound <= 1e-6 * s_want).all())
+    assert bool((bound <= 1e-5 * s_want).all())  # d = 16: pairs with a·Y ~ 30 carry the worst-case bound
 
 
 @pytest.mark.parametrize("weighted", [False, True])
