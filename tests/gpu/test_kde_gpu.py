@@ -88,7 +88,13 @@ def test_lscv_gradient_sums_gpu_match_torch(rng, weighted):
 
 def test_lscv_h_gpu_is_a_minimiser(rng):
     x = rng.normal(size=(3000, 3)) @ np.array([[1.0, 0.5, 0.0], [0.0, 0.8, 0.3], [0.0, 0.0, 0.6]])
-    H = bandwidth(torch.from_numpy(x).cuda(), "lscv_h")
+    from densitas.kde import pairhist
+
+    pairhist.HISTOGRAM_DEVICES = ("cpu", "cuda")  # exercise the Triton histogram search on the GPU too
+    try:
+        H = bandwidth(torch.from_numpy(x).cuda(), "lscv_h")
+    finally:
+        pairhist.HISTOGRAM_DEVICES = ("cpu",)
     with use_backend("torch"):
         H0 = bandwidth(torch.from_numpy(x), "lscv_h", device="cpu")
     np.testing.assert_allclose(H, H0, rtol=1e-4)
@@ -100,4 +106,4 @@ def test_plugin_small_n_device_cutoffs_gpu(rng):
     got = plugin_functional(torch.from_numpy(x).cuda(), 4, 0.1)
     with use_backend("torch"):
         want = plugin_functional(torch.from_numpy(x), 4, 0.1, device="cpu")
-    assert got == pytest.approx(want, rel=1e-5)
+    assert got == pytest.approx(want, rel=5e-5)  # float32 u = x/g at |x/g| ~ 400: ~3e-5 per term

@@ -400,12 +400,12 @@ class _LscvScalar:
         return _lscv_value(s1, s2, hdet_inv, self.s.n, self.sw2, self.sww1, self.d)
 
     def minimise(self) -> tuple[float, float]:
-        """Exact engine: from one pair-distance histogram (:mod:`densitas.kde.pairhist`) when its error bound
-        holds and the minimum is interior; otherwise a coarse geometric grid over [h0/4, 4 h0], then zoom passes
-        uniform in 1/h² to LSCV_RTOL in h."""
+        """Exact engine on the CPU: from one pair-distance histogram (:mod:`densitas.kde.pairhist`) when its
+        error bound holds and the minimum is interior; otherwise (and on CUDA) a coarse geometric grid over
+        [h0/4, 4 h0], then zoom passes uniform in 1/h² to LSCV_RTOL in h."""
         n, d = self.s.n, self.d
         h0 = (4.0 / ((d + 2.0) * n)) ** (1.0 / (d + 4.0))
-        if self.engine == "exact":
+        if self.engine == "exact" and _pairhist.histogram_pays(self.z.device):
             const = _pairhist.LscvConstants(n, self.sw2, self.sww1, d, self.logdet_s)
             found = _pairhist.lscv_h_minimum(self.z, self.s.w, h0, const, _lscv_value)
             if found.trusted and not found.at_edge:
