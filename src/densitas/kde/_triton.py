@@ -381,7 +381,7 @@ def _pairhist_kernel(z_ptr, nrm_ptr, w_ptr, band_ptr, si_ptr, sj_ptr, hist_ptr, 
     band_end = tl.load(band_ptr + I)
     lanes = tl.arange(0, B)
     dims = tl.arange(0, DP)
-    base = hist_ptr + pid.to(tl.int64) * (NB + 1) * 3
+    base = hist_ptr + pid.to(tl.int64) * (NB + 1) * 4
     first = pid * G
     t = 0
     while (t < G) & (first + t < L):
@@ -408,10 +408,11 @@ def _pairhist_kernel(z_ptr, nrm_ptr, w_ptr, band_ptr, si_ptr, sj_ptr, hist_ptr, 
             wt = wi[:, None] * wj[None, :]
         else:
             wt = tl.full([B, B], 1.0, tl.float32)
-        ptr = base + idx * 3
+        ptr = base + idx * 4
         tl.atomic_add(ptr, wt, mask=valid, sem="relaxed")
         tl.atomic_add(ptr + 1, wt * delta, mask=valid, sem="relaxed")
         tl.atomic_add(ptr + 2, wt * delta * delta, mask=valid, sem="relaxed")
+        tl.atomic_add(ptr + 3, wt * delta * delta * delta, mask=valid, sem="relaxed")
         I, J, band_end = _next_tile(I, J, band_end, band_ptr, T)
         t += 1
 
@@ -424,7 +425,7 @@ def pair_histogram(z: torch.Tensor, w: torch.Tensor | None, grid) -> torch.Tenso
     """Triton version of :func:`densitas.kde.pairhist.pair_histogram_torch` (same contract; float32 pair
     distances as in :func:`gauss_pairsum`, moments summed over the programs' copies in float64)."""
     n = z.shape[0]
-    out = torch.zeros(grid.bins + 1, 3, dtype=torch.float64, device=z.device)
+    out = torch.zeros(grid.bins + 1, 4, dtype=torch.float64, device=z.device)
     if n < 2:
         return out
     B = PAIRHIST_BLOCK
@@ -432,7 +433,7 @@ def pair_histogram(z: torch.Tensor, w: torch.Tensor | None, grid) -> torch.Tenso
     T = triton.cdiv(n, B)
     band_t, si, sj, total, per, progs = _schedule(np.full(T, T - 1, dtype=np.int64), z.device,
                                                   PAIRHIST_PROGS_PER_SM)
-    hist = torch.zeros(progs, grid.bins + 1, 3, dtype=torch.float32, device=z.device)
+    hist = torch.zeros(progs, grid.bins + 1, 4, dtype=torch.float32, device=z.device)
     _pairhist_kernel[(progs,)](zp, nrm, wf, band_t, si, sj, hist, n, T, total, per, grid.u_lo,
                                1.0 / grid.rho, grid.rho, grid.y_floor, grid.bins, DP=zp.shape[1],
                                WEIGHTED=w is not None, PREC=GAUSS_PRECISION, B=B, num_warps=GAUSS_WARPS)

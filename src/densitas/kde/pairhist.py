@@ -2,18 +2,18 @@
 ``Y_ij = ‖z_i − z_j‖²`` of the whitened data do not depend on ``h``).
 
 One O(n² d) pass bins every pair ``i < j`` by ``log₂ Y_ij`` into bins of width ``ρ = 1/BINS_PER_OCTAVE`` and
-keeps, per bin ``b`` with centre ``Y_b``, three moments of the pair's relative offset ``δ = Y/Y_b − 1``:
-``m_k = Σ w_i w_j δ^k`` (k = 0, 1, 2); pairs closer than ``y_floor`` go to bin 0, which keeps the raw moments
+keeps, per bin ``b`` with centre ``Y_b``, four moments of the pair's relative offset ``δ = Y/Y_b − 1``:
+``m_k = Σ w_i w_j δ^k`` (k = 0 … 3); pairs closer than ``y_floor`` go to bin 0, which keeps the raw moments
 ``Σ w w Y^k`` around 0. Then, for any ``a``, ``S(a) = Σ_{i<j} w_i w_j e^{−a Y_ij}`` is
 
-    S(a) ≈ (M_0 − a M_1 + a² M_2 / 2) + Σ_{b ≥ 1} e^{−x_b} (m_0 − x_b m_1 + x_b² m_2 / 2),   x_b = a Y_b
+    S(a) ≈ Σ_k (−a)^k M_k / k! + Σ_{b ≥ 1} e^{−x_b} Σ_k (−x_b)^k m_k / k!,   x_b = a Y_b,  k = 0 … 3
 
 (``M_k`` the raw moments of bin 0), evaluated in O(bins) instead of O(n²): every later ``h`` costs microseconds.
 
 **Error bound.** Per pair, ``e^{−aY} = e^{−aY_b} e^{−x}`` with ``x = a Y_b δ``; truncating ``e^{−x}`` after
-three terms leaves at most ``|x|³/6 · e^{|x|}``. With ``|δ| ≤ δ_max = 2^{ρ/2} − 1`` (2.7e-3 at 128 bins per
-octave) each bin's error is at most ``m_0 e^{−aY_b(1 − δ_max)} (aY_b δ_max)³ / 6``, and bin 0's at most
-``m_0 (a y_floor)³ / 6``. :meth:`PairHistogram.sums` returns this bound beside ``S(a)``; it is computed from the
+four terms leaves at most ``x⁴/24 · e^{|x|}``. With ``|δ| ≤ δ_max = 2^{ρ/2} − 1`` (2.7e-3 at 128 bins per
+octave) each bin's error is at most ``m_0 e^{−aY_b(1 − δ_max)} (aY_b δ_max)⁴ / 24``, and bin 0's at most
+``m_0 (a y_floor)⁴ / 24``. :meth:`PairHistogram.sums` returns this bound beside ``S(a)``; it is computed from the
 histogram itself, so it holds for any data (the search falls back to exact pair sums where it is too large).
 """
 
@@ -30,7 +30,7 @@ from densitas._backend.dispatch import register, select
 __all__ = ["BINS_PER_OCTAVE", "GridMinimum", "PairHistogram", "minimise_on_grids", "pair_histogram"]
 
 BINS_PER_OCTAVE = 128
-MOMENTS = 3
+MOMENTS = 4
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ class PairHistogram:
     """
 
     grid: HistogramGrid
-    moments: torch.Tensor  # (bins + 1, 3) float64
+    moments: torch.Tensor  # (bins + 1, MOMENTS) float64
 
     def sums(self, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``S(a)`` and its truncation-error bound for each entry of ``a`` (float64 tensors, shape of ``a``)."""
@@ -89,14 +89,15 @@ class PairHistogram:
         yc = self.grid.centres(m.device)[None, :]
         x = a * yc
         e = torch.exp(-x)
-        logb = e * (m[None, 1:, 0] - x * m[None, 1:, 1] + 0.5 * x * x * m[None, 1:, 2])
+        logb = e * (m[None, 1:, 0] - x * m[None, 1:, 1] + x * x / 2.0 * m[None, 1:, 2]
+                    - x * x * x / 6.0 * m[None, 1:, 3])
         a0 = a[:, 0]
-        under = m[0, 0] - a0 * m[0, 1] + 0.5 * a0 * a0 * m[0, 2]
+        under = m[0, 0] - a0 * m[0, 1] + a0 * a0 / 2.0 * m[0, 2] - a0**3 / 6.0 * m[0, 3]
         s = logb.sum(1) + under
         dm = self.grid.delta_max
         xb = x * dm
-        bound = (torch.exp(-x * (1.0 - dm)) * xb**3 / 6.0 * m[None, 1:, 0]).sum(1)
-        bound = bound + m[0, 0] * (a0 * self.grid.y_floor) ** 3 / 6.0 * torch.exp(a0 * self.grid.y_floor)
+        bound = (torch.exp(-x * (1.0 - dm)) * xb**4 / 24.0 * m[None, 1:, 0]).sum(1)
+        bound = bound + m[0, 0] * (a0 * self.grid.y_floor) ** 4 / 24.0
         return s.reshape(shape), bound.reshape(shape)
 
 
@@ -164,7 +165,7 @@ _TILE_ELEMS = 1 << 18
 
 @register("kde_pair_histogram", "torch")
 def pair_histogram_torch(z: torch.Tensor, w: torch.Tensor | None, grid: HistogramGrid) -> torch.Tensor:
-    """(bins + 1, 3) float64 moments, in float64 tiles of the strict upper triangle."""
+    """(bins + 1, MOMENTS) float64 moments, in float64 tiles of the strict upper triangle."""
     n = z.shape[0]
     zd = z.to(torch.float64)
     zd = zd - zd.mean(0)
@@ -240,7 +241,7 @@ def lscv_h_minimum(z: torch.Tensor, w: torch.Tensor | None, h0: float, const: Ls
     lo, hi = h0 / SEARCH_SPAN, h0 * SEARCH_SPAN
     zc = z - z.mean(0)
     y_hi = 4.0 * float((zc * zc).sum(1).max()) * (1.0 + 1e-6) + 1e-300
-    y_floor = 1e-3 * lo * lo  # a·Y ≤ 1e-3 in bin 0 for every h in range: its Taylor terms are exact to 1e-10
+    y_floor = 1e-3 * lo * lo  # a·Y ≤ 1e-3 in bin 0 for every h in range: its Taylor terms are exact to 1e-13
     hist = pair_histogram(z, w, y_floor=y_floor, y_hi=y_hi)
     d = const.d
     c2 = (4.0 * math.pi) ** (-0.5 * d)
