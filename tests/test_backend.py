@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
 import densitas
+import densitas.primitives  # (registers "scan", used below)
 from densitas import DensitasError, DeviceError, InputError
 from densitas._backend import as_tensor, memory_budget, parse_bytes, plan_chunks, resolve_device, to_output
-from densitas._backend.dispatch import backend_setting, select, use_backend
+from densitas._backend.dispatch import UnknownOperationError, backend_setting, register, select, use_backend
 
 
 def test_exception_hierarchy():
@@ -68,8 +72,47 @@ def test_dispatch_rules(monkeypatch):
     monkeypatch.delenv("DENSITAS_BACKEND")
     with pytest.raises(InputError, match="use_backend must be one of"), use_backend("fast"):
         pass
-    with pytest.raises(InputError, match="Unknown operation"):
+    with pytest.raises(UnknownOperationError):
         select("teleport", cpu)
+    register("_test_triton_only", "triton")(lambda: None)  # a Triton kernel without its PyTorch reference
+    with pytest.raises(UnknownOperationError):
+        select("_test_triton_only", cpu)
+
+
+CAPABILITIES = ("densitas.kde", "densitas.aqp", "densitas.neighbors", "densitas.cluster", "densitas.primitives")
+
+
+def _modules_after(statement: str) -> set[str]:
+    code = f"import sys\n{statement}\nprint('\\n'.join(sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return set(out.split())
+
+
+def test_dispatch_imports_no_capability():
+    """The backend layer sits below the capabilities: importing it, or asking it for an operation no package
+    has registered yet, loads none of them (each package registers its own operations when imported)."""
+    loaded = _modules_after(
+        "import densitas._backend, torch; from densitas._backend.dispatch import select, UnknownOperationError\n"
+        "try:\n    select('scan', torch.device('cpu'))\nexcept UnknownOperationError:\n    pass")
+    assert "densitas._backend.dispatch" in loaded
+    assert not [m for m in loaded if m.startswith(CAPABILITIES)]
+
+
+@pytest.mark.parametrize("package,ops", [
+    ("densitas.primitives", {"scan", "histogram", "argsort"}),
+    ("densitas.kde", {"kde_hermite_pairsum", "kde_gauss_pairsum", "kde_gauss_pairsum_grad", "histogram"}),
+    ("densitas.neighbors", {"knn_tile_topk"}),
+    ("densitas.cluster", {"cluster_counting_scatter", "knn_tile_topk", "scan", "reduce_by_key"}),
+])
+def test_each_package_registers_what_it_uses(package, ops):
+    """Importing a package registers its operations and those it calls from other packages, with both the
+    PyTorch reference and (lazily) the Triton kernel, and imports no Triton kernel module."""
+    code = (f"import {package}; from densitas._backend.dispatch import _REGISTRY; "
+            f"print(' '.join(op for op, e in _REGISTRY.items() if 'torch' in e.impls))")
+    out = subprocess.run([sys.executable, "-c", code + "; import sys; print(*sys.modules)"],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert ops <= set(out[0].split())
+    assert not [m for m in out[1].split() if m.endswith("._triton") or m == "triton"]
 
 
 def test_parse_bytes_and_budget(monkeypatch):

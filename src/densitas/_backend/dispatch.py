@@ -32,8 +32,8 @@ from densitas.exceptions import DeviceError, InputError
 
 log = logging.getLogger("densitas")
 
-__all__ = ["BACKENDS", "Operation", "backend_setting", "lazy", "register", "select", "triton_available",
-           "use_backend"]
+__all__ = ["BACKENDS", "Operation", "UnknownOperationError", "backend_setting", "lazy", "register",
+           "registered_operations", "select", "triton_available", "use_backend"]
 
 BACKENDS = ("auto", "torch", "triton")
 
@@ -118,19 +118,42 @@ def use_backend(name: str) -> Iterator[None]:
         _OVERRIDE.reset(token)
 
 
-def _lazy_ops() -> None:
-    # Importing the operation modules registers their implementations.
-    import densitas.kde.pairsum
-    import densitas.primitives  # noqa: F401
+class UnknownOperationError(InputError):
+    """An operation name that no imported package has registered (or registered without its PyTorch
+    reference). The dispatch layer imports no capability: the package that provides an operation registers it
+    when it is imported, and a capability that calls another package's operation imports that package."""
+
+
+def registered_operations() -> tuple[str, ...]:
+    """Names of the operations registered so far (those of the packages imported so far), sorted.
+
+    Examples
+    --------
+    >>> import densitas.primitives
+    >>> "scan" in registered_operations()
+    True
+    """
+    return tuple(sorted(_REGISTRY))
 
 
 def select(op: str, device: torch.device) -> tuple[str, Callable]:
-    """Return ``(backend_name, implementation)`` of ``op`` for tensors on ``device``."""
-    if op not in _REGISTRY:
-        _lazy_ops()
+    """Return ``(backend_name, implementation)`` of ``op`` for tensors on ``device``.
+
+    Raises :class:`UnknownOperationError` for a name that no imported package registered.
+
+    Examples
+    --------
+    >>> import densitas.primitives
+    >>> with use_backend("torch"):
+    ...     select("scan", torch.device("cpu"))[0]
+    'torch'
+    """
     entry = _REGISTRY.get(op)
     if entry is None or "torch" not in entry.impls:
-        raise InputError(f"Unknown operation {op!r}.")
+        raise UnknownOperationError(
+            f"The 'op' parameter of select must name a registered operation. Got {op!r} instead; registered: "
+            f"{list(registered_operations())}. Operations register when their package is imported "
+            "(densitas.primitives, densitas.kde, densitas.neighbors, densitas.cluster).")
     setting = backend_setting()
     has_triton = "triton" in entry.impls
     if setting == "torch":

@@ -12,6 +12,12 @@ than memory.
 
 from __future__ import annotations
 
+import densitas.neighbors  # (registers "knn_tile_topk", used to assign points to clusters)
+import densitas.primitives  # noqa: F401  (registers histogram, scan, argsort, reduce_by_key)
+from densitas.cluster import (
+    _torch,  # noqa: F401  (registers the PyTorch scatter and fused passes)
+    _triton_registry,  # noqa: F401  (registers the Triton kernels, lazily)
+)
 from densitas.cluster.fuzzy import FuzzyKMeans
 from densitas.cluster.steps import (
     CENTROID_METHODS,

@@ -6,6 +6,13 @@
 * :class:`KernelDensity` — a scikit-learn estimator.
 """
 
+# Registration: importing the package registers its operations with the dispatch layer (the PyTorch pair sums
+# and the Triton ones, lazily); the binned engine's linear binning comes from densitas.primitives, which
+# densitas.kde.binned imports.
+from densitas.kde import (
+    _torch,  # noqa: F401  (registers the PyTorch pair sums)
+    _triton_registry,  # noqa: F401  (registers the Triton pair sums, lazily)
+)
 from densitas.kde.estimator import KernelDensity
 from densitas.kde.kernels import KERNELS
 from densitas.kde.selectors import ENGINES, METHODS, bandwidth, lscv_objective, plugin_functional

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import torch
 
+import densitas.primitives  # noqa: F401  (registers "histogram", the linear binning used here)
 from densitas._backend.dispatch import select
 
 __all__ = ["GRID_MAX", "GRID_MIN", "POINTS_PER_BANDWIDTH", "binned_pairsum", "grid_size", "linear_bin"]

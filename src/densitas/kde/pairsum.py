@@ -5,7 +5,8 @@
 * ``kde_gauss_pairsum_grad`` — the same sums with second moments, for the gradient of LSCV(H).
 
 Each has a PyTorch implementation (:mod:`._torch`, the CPU path and test oracle) and a Triton kernel
-(:mod:`._triton`); :func:`densitas._backend.dispatch.select` picks one. Memory stays O(n + tile).
+(:mod:`._triton`), registered when :mod:`densitas.kde` is imported; :func:`densitas._backend.dispatch.select`
+picks one. Memory stays O(n + tile).
 
 The 1-D sums run on sorted data and skip pairs farther apart than ``u_cut·g``, where ``u_cut`` is chosen so
 that all skipped terms together are below 10⁻¹⁵ of the diagonal term ``Σ w_i² |K⁽ʳ⁾(0)|`` — far below float64
@@ -21,10 +22,6 @@ import numpy as np
 import torch
 
 from densitas._backend.dispatch import select
-from densitas.kde import (
-    _torch,  # noqa: F401  (registers the PyTorch implementations)
-    _triton_registry,  # noqa: F401
-)
 from densitas.kde.kernels import SQRT_2PI, gaussian_derivative_at_zero, hermite_even_coefficients
 
 __all__ = ["gauss_grad_sums", "gauss_sums", "hermite_cutoff", "hermite_sum"]

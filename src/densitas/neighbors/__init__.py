@@ -12,6 +12,10 @@ Metrics: ``euclidean``, ``sqeuclidean``, ``manhattan``, ``cosine``, ``mixed_eucl
 
 from __future__ import annotations
 
+from densitas.neighbors import (
+    _torch,  # noqa: F401  (registers the PyTorch "knn_tile_topk")
+    _triton_registry,  # noqa: F401  (registers the fused Triton kernel, lazily)
+)
 from densitas.neighbors.api import kneighbors
 from densitas.neighbors.distances import METRICS, MISSING
 from densitas.neighbors.estimators import KNeighborsClassifier, KNeighborsRegressor, NearestNeighbors
