@@ -137,3 +137,30 @@ def test_plan_chunks_cover_and_bound(n, per, budget, align):
         assert length % align == 0 and (length * per <= budget or length == align)
     with pytest.raises(InputError, match="'bytes_per_item'"):
         plan_chunks(5, 0)
+
+
+def test_device_policy_quantile_both_routes(monkeypatch, rng):
+    from densitas._backend import policy
+
+    x = rng.standard_normal(1001)
+    for q in (0.0, 0.25, 0.5, 0.9, 1.0):
+        assert policy.quantile(torch.from_numpy(x), q) == pytest.approx(np.quantile(x, q), rel=1e-14, abs=1e-15)
+    cpu = policy.DevicePolicy("cpu", exact_max_rows=20_000, numpy_quantile_above=10**9)  # torch.quantile route
+    monkeypatch.setitem(policy._POLICIES, "cpu", cpu)
+    assert policy.quantile(torch.from_numpy(x), 0.3) == pytest.approx(np.quantile(x, 0.3), rel=1e-14)
+    assert policy.device_policy("cpu") is cpu and policy.device_policy(torch.device("cuda", 0)).kind == "cuda"
+
+
+def test_kde_auto_engine_follows_the_device_policy(monkeypatch, rng):
+    """engine="auto" reads its exact/binned cutoff from the policy, not from a constant of its own."""
+    from densitas._backend import policy
+    from densitas.kde import plugin_functional
+
+    x = rng.standard_normal(300)
+    exact = plugin_functional(x, 4, 0.3, engine="exact", device="cpu")
+    binned = plugin_functional(x, 4, 0.3, engine="binned", device="cpu")
+    assert exact != binned
+    assert plugin_functional(x, 4, 0.3, engine="auto", device="cpu") == exact
+    monkeypatch.setitem(policy._POLICIES, "cpu", policy.DevicePolicy("cpu", exact_max_rows=299,
+                                                                     numpy_quantile_above=0))
+    assert plugin_functional(x, 4, 0.3, engine="auto", device="cpu") == binned

@@ -20,6 +20,7 @@ import torch
 
 from densitas._backend.arrays import as_tensor, check_choice
 from densitas._backend.device import DeviceLike
+from densitas._backend.policy import device_policy, quantile
 from densitas.exceptions import DensitasError, InputError
 from densitas.kde import binned as _binned
 from densitas.kde import pairhist as _pairhist
@@ -32,8 +33,6 @@ log = logging.getLogger("densitas")
 
 METHODS = ("scott", "silverman", "plugin", "lscv_h", "lscv_H", "isj")
 ENGINES = ("auto", "exact", "binned")
-# engine="auto": exact pair sums up to this many (weighted) rows, binned beyond (benchmarks/RESULTS.md).
-AUTO_EXACT_MAX = {"cpu": 20_000, "cuda": 1_000_000}
 LSCV_GRID = 32  # coarse grid over [h0/4, 4 h0] (the papers used 100-200 points; the zoom below refines)
 LSCV_ZOOM = 16  # points per refinement pass
 LSCV_RTOL = 1e-4
@@ -171,9 +170,7 @@ def _check_options(options: dict[str, Any], allowed: set[str], method: str) -> N
 def _weighted_quantile(x: torch.Tensor, w: torch.Tensor | None, q: float) -> float:
     """Quantile with NumPy's default (linear) rule, exactly as on the data with each row repeated w times."""
     if w is None:
-        if x.device.type == "cpu" or x.numel() > 16_000_000:  # NumPy selects in O(n); torch.quantile sorts
-            return float(np.quantile(x.cpu().numpy(), q))
-        return float(torch.quantile(x, q))
+        return quantile(x, q)
     order = torch.argsort(x)
     xs, ws = x[order], w[order]
     cw = torch.cumsum(ws, 0)
@@ -212,8 +209,7 @@ def _rule(s: Sample, method: str, covariance: str = "full") -> float | np.ndarra
 def _engine_for(s: Sample, engine: str) -> str:
     if engine != "auto":
         return engine
-    limit = AUTO_EXACT_MAX["cuda" if s.device.type == "cuda" else "cpu"]
-    return "exact" if s.n <= limit else "binned"
+    return "exact" if s.n <= device_policy(s.device).exact_max_rows else "binned"
 
 
 class _Functional:
@@ -586,7 +582,8 @@ def bandwidth(x: Any, method: str = "plugin", *, engine: str = "auto", weights: 
     engine : {"auto", "exact", "binned"}
         ``"exact"``: O(n²) tiled pair sums (CPU: PyTorch in float64; CUDA: Triton, float32 with float64 tile
         accumulation). ``"binned"``: linear binning + FFT, within 1e-3 of exact (1-D only). ``"auto"``: exact
-        up to ``AUTO_EXACT_MAX`` rows for the device, binned beyond.
+        up to ``DevicePolicy.exact_max_rows`` rows for the device (20,000 on the CPU, 10⁶ on CUDA:
+        :func:`densitas._backend.policy.device_policy`), binned beyond.
     weights : (n,) array-like, optional
         Frequency weights (integer weights ≡ repeated rows; the sum is the sample size).
     device : "auto", "cpu", "cuda", …
