@@ -1,32 +1,71 @@
 """PyTorch pair sums: the CPU path and the test oracle of the Triton kernels in :mod:`densitas.kde._triton`.
 
 All sums run over the strict upper triangle ``i < j`` in tiles (never an n×n array) and accumulate in float64.
+Tiles are sized by the chunk planner (:func:`densitas._backend.plan_chunks`) within the memory budget
+(:func:`densitas._backend.memory_budget`, ``DENSITAS_MEMORY_BUDGET``), and no larger than keeps a tile in cache.
 Inputs are prepared by :mod:`densitas.kde.pairsum` (centred, sorted for the 1-D sums, whitened for the Gaussian
 ones); the contracts are documented there.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
+from densitas._backend.chunking import memory_budget, plan_chunks
 from densitas._backend.dispatch import register
 
-# Elements per tile: 2^18 float64 values = 2 MiB per temporary, so that the elementwise passes over a tile
-# stay in cache (2.3x faster than 16 MiB tiles on the 2-core CI machine).
+# Elements per tile at most: 2^18 float64 values = 2 MiB per temporary, so that the elementwise passes over a
+# tile stay in cache (2.3x faster than 16 MiB tiles on the 2-core CI machine). A smaller memory budget wins.
 TILE_ELEMS = 1 << 18
+FLOAT64 = 8
 
 
-def _row_block(n: int, width: int) -> int:
-    return max(1, min(n, TILE_ELEMS // max(width, 1)))
+@dataclass(frozen=True)
+class TilePlan:
+    """Tiles of the upper triangle: row blocks from the chunk planner, ``cols`` columns per tile.
+
+    ``temporaries`` float64 arrays of one tile's shape are alive at once, so one tile's working set is
+    ``len(rows) · cols · temporaries · 8`` bytes, at most ``budget``.
+    """
+
+    rows: list[slice]
+    cols: int
+    temporaries: int
+    budget: int
+
+    @property
+    def tile_bytes(self) -> int:
+        """The largest tile's working set in bytes."""
+        longest = max((r.stop - r.start for r in self.rows), default=0)
+        return longest * self.cols * self.temporaries * FLOAT64
 
 
-def _tiles(n: int, jmax: torch.Tensor | None, rows: int, cols: int):
+def plan_tiles(rows: int, cols: int, temporaries: int, device: torch.device, *,
+               max_elems: int = TILE_ELEMS) -> TilePlan:
+    """Plan tiles over ``rows`` rows and at most ``cols`` columns so that a tile's ``temporaries`` float64
+    arrays fit both ``max_elems`` elements each (cache) and the memory budget of ``device``, whichever is
+    smaller; one row by one column at the very least.
+
+    Examples
+    --------
+    >>> plan = plan_tiles(10_000, 2048, 4, torch.device("cpu"))
+    >>> plan.cols, plan.rows[0]
+    (2048, slice(0, 128, None))
+    """
+    budget = min(memory_budget(device), max_elems * temporaries * FLOAT64)
+    cols = max(1, min(cols, budget // (temporaries * FLOAT64)))
+    return TilePlan(plan_chunks(rows, cols * temporaries * FLOAT64, budget=budget), cols, temporaries, budget)
+
+
+def _tiles(n: int, jmax: torch.Tensor | None, plan: TilePlan):
     """Yield ``(i0, i1, j0, j1)`` tiles covering the pairs ``i < j ≤ jmax[i]`` (all ``j`` when ``jmax`` is None)."""
-    for i0 in range(0, n - 1, rows):
-        i1 = min(n, i0 + rows)
+    for block in plan.rows:
+        i0, i1 = block.start, block.stop
         jend = n if jmax is None else int(jmax[i1 - 1]) + 1
-        for j0 in range(i0 + 1, jend, cols):
-            yield i0, i1, j0, min(jend, j0 + cols)
+        for j0 in range(i0 + 1, jend, plan.cols):
+            yield i0, i1, j0, min(jend, j0 + plan.cols)
 
 
 def _upper_mask(i0: int, i1: int, j0: int, j1: int, device: torch.device) -> torch.Tensor | None:
@@ -49,9 +88,8 @@ def hermite_pairsum(x: torch.Tensor, w: torch.Tensor | None, scale: float, coefs
     xd = x.to(torch.float64)
     wd = None if w is None else w.to(torch.float64)
     total = torch.zeros((), dtype=torch.float64, device=x.device)
-    cols = 4096
-    rows = _row_block(n, cols)
-    for i0, i1, j0, j1 in _tiles(n, jmax, rows, cols):
+    plan = plan_tiles(n - 1, min(n, 4096), 3, x.device)  # u² (in place), the polynomial, the mask
+    for i0, i1, j0, j1 in _tiles(n, jmax, plan):
         u = xd[None, j0:j1] - xd[i0:i1, None]
         u.mul_(scale)
         s = u.mul_(u)  # u², in place
@@ -89,9 +127,8 @@ def gauss_pairsum(z: torch.Tensor, w: torch.Tensor | None, a: torch.Tensor, chai
     out = torch.zeros(ad.shape[0], 2, dtype=torch.float64, device=z.device)
     alist = [float(v) for v in ad]
     chain = chain and len(alist) > 1
-    cols = 2048
-    rows = _row_block(n, cols)
-    for i0, i1, j0, j1 in _tiles(n, None, rows, cols):
+    plan = plan_tiles(n - 1, min(n, 2048), 5, z.device)  # Y, the ratio, e, e², the mask
+    for i0, i1, j0, j1 in _tiles(n, None, plan):
         y = _sqdist(zd[i0:i1], zd[j0:j1], norms[i0:i1], norms[j0:j1])
         mask = _upper_mask(i0, i1, j0, j1, z.device)
         if mask is not None:
@@ -126,9 +163,8 @@ def gauss_pairsum_grad(z: torch.Tensor, w: torch.Tensor | None) -> tuple[torch.T
     norms = (zd * zd).sum(1)
     s = torch.zeros(2, n, dtype=torch.float64, device=z.device)
     cross = torch.zeros(2, d, d, dtype=torch.float64, device=z.device)
-    cols = 2048
-    rows = _row_block(n, cols)
-    for i0, i1, j0, j1 in _tiles(n, None, rows, cols):
+    plan = plan_tiles(n - 1, min(n, 2048), 5, z.device)  # Y, e, e², exp(Y/4) (weighted), the mask
+    for i0, i1, j0, j1 in _tiles(n, None, plan):
         y = _sqdist(zd[i0:i1], zd[j0:j1], norms[i0:i1], norms[j0:j1])
         e1 = torch.exp(y.mul_(-0.25))
         mask = _upper_mask(i0, i1, j0, j1, z.device)

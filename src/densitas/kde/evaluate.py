@@ -13,12 +13,12 @@ import numpy as np
 import torch
 
 from densitas.exceptions import UnsupportedQueryError
-from densitas.kde._torch import _sqdist
+from densitas.kde._torch import _sqdist, plan_tiles
 from densitas.kde.kernels import Kernel
 
 __all__ = ["box_mass", "kernel_cdf_1d", "log_density", "sample_canonical"]
 
-_TILE = 1 << 21
+_TILE = 1 << 21  # elements per temporary at most (the memory budget may shrink it)
 
 
 def log_density(zq: torch.Tensor, zx: torch.Tensor, logw: torch.Tensor, kernel: Kernel,
@@ -31,11 +31,11 @@ def log_density(zq: torch.Tensor, zx: torch.Tensor, logw: torch.Tensor, kernel: 
     n = zx.shape[0]
     s, log_c = kernel.constants(d)
     qn, xn = (zq * zq).sum(1), (zx * zx).sum(1)
-    cols = max(1, min(n, 4096))
-    rows = max(1, _TILE // cols)
+    plan = plan_tiles(m, max(1, min(n, 4096)), 4, zq.device, max_elems=_TILE)  # r², ρ, log K, log K + log w
+    cols = plan.cols
     out = torch.empty(m, dtype=torch.float64, device=zq.device)
-    for i0 in range(0, m, rows):
-        i1 = min(m, i0 + rows)
+    for block in plan.rows:
+        i0, i1 = block.start, block.stop
         acc = torch.full((i1 - i0,), -math.inf, dtype=torch.float64, device=zq.device)
         for j0 in range(0, n, cols):
             j1 = min(n, j0 + cols)
@@ -88,9 +88,9 @@ def box_mass(x: torch.Tensor, w: torch.Tensor | None, H: np.ndarray, kernel: Ker
     if diag or d == 1:
         sd = torch.from_numpy(np.sqrt(np.diag(H))).to(x)
         out = torch.empty(lo.shape[0], dtype=torch.float64, device=x.device)
-        chunk = max(1, _TILE // max(n * d, 1))
-        for b0 in range(0, lo.shape[0], chunk):
-            b1 = min(lo.shape[0], b0 + chunk)
+        # Per box: the standardised lower and upper ends, their two CDFs and the product, n × d each.
+        for block in plan_tiles(lo.shape[0], max(n * d, 1), 5, x.device, max_elems=_TILE).rows:
+            b0, b1 = block.start, block.stop
             a = (lo[b0:b1, None, :] - x[None]) / sd
             b = (hi[b0:b1, None, :] - x[None]) / sd
             p = (kernel_cdf_1d(kernel, b) - kernel_cdf_1d(kernel, a)).clamp_min_(0.0).prod(-1)
