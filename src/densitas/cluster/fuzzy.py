@@ -19,6 +19,7 @@ from densitas._backend.chunking import memory_budget as default_budget
 from densitas._backend.chunking import parse_bytes
 from densitas._backend.device import resolve_device
 from densitas._backend.dispatch import select
+from densitas._dask import is_dask
 from densitas.cluster._data import ChunkedData, TensorData, compute_dtype, is_streamed, open_data
 from densitas.cluster.steps import (
     _ALL_METHODS,
@@ -297,6 +298,10 @@ class FuzzyKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixi
 
     def _fit(self, X: Any, callback: Callable[[int, float, float], None] | None = None,
              compute_labels: bool = True) -> FuzzyKMeans:
+        if is_dask(X):  # one map-reduce of the partial sums per iteration on the Dask cluster
+            from densitas.cluster.dask import fit_dask
+
+            return fit_dask(self, X, callback, compute_labels)
         self._check_params()
         dev = self._device(X)
         budget = self._budget() or default_budget(dev)
@@ -608,6 +613,8 @@ class FuzzyKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixi
         >>> km.predict([[1.0], [8.0]]).tolist()
         [0, 1]
         """
+        if is_dask(X):
+            return _on_dask(self, X, "predict")
         D, nn, as_torch = self._assign(X)
         return self._out(hard_labels(D, nn), as_torch)
 
@@ -640,6 +647,8 @@ class FuzzyKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixi
         >>> km.predict_membership([[1.0]]).round(3).tolist()
         [[0.9, 0.1]]
         """
+        if is_dask(X):
+            return _on_dask(self, X, "predict_membership")
         D, nn, as_torch = self._assign(X)
         u, _ = membership_weights(D, self.fuzzifier_)
         dense = torch.zeros((D.shape[0], self.cluster_centers_.shape[0]), dtype=u.dtype, device=u.device)
@@ -668,6 +677,8 @@ class FuzzyKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixi
         >>> i.tolist(), u.round(3).tolist()
         ([[1, 0]], [[0.9, 0.1]])
         """
+        if is_dask(X):
+            return _on_dask(self, X, "membership")
         D, nn, as_torch = self._assign(X)
         D, nn = sort_by_distance(D, nn)
         u, _ = membership_weights(D, self.fuzzifier_)
@@ -690,6 +701,8 @@ class FuzzyKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixi
         >>> km.transform([[1.0]]).tolist()
         [[1.0, 3.0]]
         """
+        if is_dask(X):
+            return _on_dask(self, X, "transform")
         check_is_fitted(self, "cluster_centers_")
         dev = self._device(X)
         x, as_torch = self._as_tensor(X, dev)
@@ -706,6 +719,8 @@ class FuzzyKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixi
         >>> km.score([[0.0], [4.0]])
         -0.0
         """
+        if is_dask(X):
+            return _on_dask(self, X, "score")
         D, _nn, _ = self._assign(X)
         _u, w = membership_weights(D, self.fuzzifier_)
         return -float((w.to(torch.float64) * D.to(torch.float64)).sum())
@@ -717,6 +732,13 @@ class FuzzyKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixi
 
 
 # ------------------------------------------------------------------------------------------- helpers
+
+
+def _on_dask(est: FuzzyKMeans, X: Any, how: str) -> Any:
+    """``how`` of the fitted model on a Dask collection, block by block (Dask arrays; a float for ``score``)."""
+    from densitas.cluster.dask import predict_dask
+
+    return predict_dask(est, X, how)
 
 
 def _classic_sums(w: torch.Tensor, X: torch.Tensor | None, xc: torch.Tensor, s: int, d: int) -> torch.Tensor:

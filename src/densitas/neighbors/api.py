@@ -10,6 +10,7 @@ import torch
 from densitas._backend.chunking import parse_bytes
 from densitas._backend.device import DeviceLike, resolve_device
 from densitas._backend.dispatch import select
+from densitas._dask import is_dask
 from densitas.exceptions import InputError
 from densitas.neighbors.distances import (
     MISSING,
@@ -333,6 +334,11 @@ def kneighbors(X: Any, Y: Any, k: int, *, metric: str = "euclidean", nominal: An
     >>> i.tolist(), np.round(d, 3).tolist()
     ([[1, 3, 0]], [[0.1, 0.1, 0.9]])
     """
+    if is_dask(X) or is_dask(Y):  # sharded across a Dask cluster: per-block searches merged exactly
+        from densitas.neighbors.dask import kneighbors_dask
+
+        return kneighbors_dask(X, Y, k, metric=metric, nominal=nominal, missing=missing, device=device,
+                               memory_budget=memory_budget)
     m_obj = get_metric(metric)
     check_missing(missing)
     budget = check_budget(memory_budget)

@@ -14,6 +14,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_consistent_length, check_is_fitted, column_or_1d, validate_data
 
 from densitas._backend.device import resolve_device
+from densitas._dask import is_dask
 from densitas.exceptions import InputError
 from densitas.neighbors.api import build_references, check_budget, check_k, check_missing, encode_queries
 from densitas.neighbors.distances import Encoded, get_metric
@@ -72,6 +73,11 @@ class _NeighborsBase(BaseEstimator):
         return validate_data(self, X, dtype=[np.float64, np.float32], **kw)
 
     def _fit_X(self, X: Any) -> Any:
+        if is_dask(X):  # the references stay sharded on the Dask cluster (densitas.neighbors.dask)
+            from densitas.neighbors.dask import fit_references
+
+            return fit_references(self, X)
+        self.__dict__.pop("_dask_refs", None)
         self._check_params()
         self._table_input = _is_table(X, self.nominal_features)
         data = self._validate(X, reset=True)
@@ -113,6 +119,11 @@ class _NeighborsBase(BaseEstimator):
             Ascending by distance; ties by lower index.
         """
         check_is_fitted(self, "n_samples_fit_")
+        if is_dask(X) or hasattr(self, "_dask_refs"):
+            from densitas.neighbors.dask import estimator_neighbours
+
+            d, i, _lazy = estimator_neighbours(self, X, n_neighbors)
+            return (d, i) if return_distance else i
         k = self.n_neighbors if n_neighbors is None else n_neighbors
         owner = type(self).__name__
         if X is None:
@@ -270,6 +281,11 @@ class KNeighborsClassifier(ClassifierMixin, _NeighborsBase):
         -------
         (m, n_classes) ndarray
         """
+        if is_dask(X) or hasattr(self, "_dask_refs"):
+            from densitas.neighbors.dask import estimator_predict
+
+            check_is_fitted(self, "classes_")
+            return estimator_predict(self, X, "proba")
         dist, ind = self._neighbours(X)
         w = get_weights(dist, self.weights)
         return class_probabilities(self._y, ind, w, len(self.classes_), normalize=self.weights != "rapidminer")
@@ -285,6 +301,11 @@ class KNeighborsClassifier(ClassifierMixin, _NeighborsBase):
         -------
         (m,) ndarray
         """
+        if is_dask(X) or hasattr(self, "_dask_refs"):
+            from densitas.neighbors.dask import estimator_predict
+
+            check_is_fitted(self, "classes_")
+            return estimator_predict(self, X, "classes")
         dist, ind = self._neighbours(X)
         w = get_weights(dist, self.weights)
         return self.classes_.take(predict_classes(self._y, ind, w, self.weights, len(self.classes_)))
@@ -353,6 +374,10 @@ class KNeighborsRegressor(RegressorMixin, _NeighborsBase):
         (m,) ndarray of float64
         """
         check_is_fitted(self, "_y")
+        if is_dask(X) or hasattr(self, "_dask_refs"):
+            from densitas.neighbors.dask import estimator_predict
+
+            return estimator_predict(self, X, "regress")
         if self.weights == "uniform":
             ind = self.kneighbors(X, return_distance=False)
             return predict_values(self._y, ind, None)

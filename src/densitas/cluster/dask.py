@@ -1,0 +1,349 @@
+"""``FuzzyKMeans`` on Dask: one map-reduce of the additive sums per iteration.
+
+Every iteration sends the centroids (k × d floats) to one task per chunk or partition; the task, on the worker
+holding the block and on the worker's device (CUDA when it has one, else the CPU), runs the single-machine pass
+(:meth:`FuzzyKMeans._pass <densitas.cluster.FuzzyKMeans>` with the requested centroid update, or the fused pass
+``cluster_fused_pass`` on CUDA with ``centroid_update="auto"`` where it applies) and returns its partial
+``[Σ w x, Σ w]`` (k, d + 1) and objective; a tree of tasks adds them, and the client forms the new centroids
+exactly as the single-machine update does (relocating an empty cluster to the farthest row, found by one more
+map-reduce of per-block candidates). The initialisation draws the same rows as the single-machine fit (the
+random numbers depend only on n), gathered from the blocks that hold them, so the same ``random_state`` gives
+the same centroids, to rounding (1e-12 relative), as the single-machine fit of the same data.
+
+``labels_`` (and ``predict``, ``transform``, ``predict_membership``, ``membership``) on Dask input are Dask
+arrays computed lazily, block by block, from the fitted centroids.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from densitas._backend.chunking import memory_budget as default_budget
+from densitas._backend.device import resolve_device
+from densitas._dask import RowBlocks, block_tensor, compute, row_blocks, tree_reduce
+from densitas.cluster._data import ChunkedData, _nonfinite_message, compute_dtype
+from densitas.exceptions import InputError
+
+__all__ = ["DaskRows", "fit_dask", "predict_dask"]
+
+
+class DaskRows(ChunkedData):
+    """A Dask collection's rows for the initialisation: its size, and :meth:`take` of a few rows (gathered
+    from the blocks that hold them onto the client's ``device``)."""
+
+    def __init__(self, blocks: RowBlocks, device: torch.device):
+        self.rows = blocks
+        self.n_rows = blocks.n_rows
+        self.n_features = blocks.n_features
+        self.dtype = compute_dtype(blocks.dtype)
+        self.device = device
+        self.feature_names = blocks.names
+
+    def take(self, index: np.ndarray) -> torch.Tensor:
+        import dask
+
+        index = np.asarray(index, dtype=np.int64)
+        pick = dask.delayed(_take_rows, pure=True)
+        tasks, where = [], []
+        for part, lo, hi in zip(self.rows.parts, self.rows.offsets[:-1], self.rows.offsets[1:], strict=True):
+            a, b = np.searchsorted(index, [lo, hi])
+            if b > a:
+                tasks.append(pick(part, index[a:b] - lo))
+                where.append((a, b))
+        (got,) = compute(tasks)
+        out = torch.empty((len(index), self.n_features), dtype=torch.float64, device=self.device)
+        for (a, b), rows in zip(where, got, strict=True):
+            out[a:b] = torch.from_numpy(rows).to(self.device)
+        return out
+
+
+def _take_rows(block: Any, local: np.ndarray) -> np.ndarray:
+    return block_tensor(block, torch.float64)[torch.from_numpy(local).to(_device_of(block))].cpu().numpy()
+
+
+def _device_of(block: Any) -> torch.device:
+    return torch.device("cuda") if hasattr(block, "__cuda_array_interface__") else torch.device("cpu")
+
+
+@dataclass(frozen=True)
+class PassPlan:
+    """What every block's task needs besides its rows (shipped with the centroids each iteration)."""
+
+    n_rows: int  # of the whole data (the centroid method's choice depends on it)
+    M: int
+    q: float
+    method: str  # a centroid method, or "auto"
+    device: Any  # the estimator's device request, resolved on the worker
+    budget: int | None
+
+
+@dataclass
+class PartialPass:
+    """One block's pass: the partial sums (k, d + 1) and objective, the method it ran, its labels."""
+
+    sums: np.ndarray | None
+    objective: float
+    method: str
+    labels: np.ndarray | None = None
+
+
+def _block_data(block: Any, offset: int, plan: PassPlan) -> tuple[Any, torch.device, int]:
+    """The block as the single-machine ``TensorData`` on the worker's device; finiteness checked with the
+    block's global row numbers."""
+    from densitas.cluster._data import TensorData, _all_finite
+
+    dev = resolve_device(plan.device)
+    x = block_tensor(block)
+    if x.ndim == 1:
+        x = x[:, None]
+    x = x.to(compute_dtype(x.dtype))
+    if not _all_finite(x):
+        raise InputError(_nonfinite_message(x, offset, "X"))
+    budget = plan.budget or default_budget(dev)
+    return TensorData(x, dev, budget // 2), dev, budget
+
+
+def _block_pass(block: Any, offset: int, C: np.ndarray, shift: np.ndarray, plan: PassPlan, sums: bool,
+                labels: bool) -> PartialPass:
+    """The task of one iteration on one block: the single-machine pass with fixed centroids and shift."""
+    from densitas.cluster.fuzzy import CPU_CHUNK_ELEMENTS, FuzzyKMeans, _fused_ops, _Geometry
+    from densitas.cluster.steps import choose_method
+
+    data, dev, budget = _block_data(block, offset, plan)
+    Ct = torch.from_numpy(C).to(dev)
+    k, d = C.shape
+    if data.n_rows == 0:
+        return PartialPass(np.zeros((k, d + 1)) if sums else None, 0.0, plan.method,
+                           np.empty(0, np.int64) if labels else None)
+    fused = _fused_ops(data, k, plan.q) if plan.method == "auto" else None
+    if fused is not None:
+        s, J, lab = fused[1](data.x, Ct, plan.M, plan.q, sums=sums, labels=labels)
+        return PartialPass(None if s is None else s.cpu().numpy(), float(J), "fused",
+                           None if lab is None else lab.cpu().numpy())
+    method = choose_method(plan.n_rows, d, k, plan.M, dev) if plan.method == "auto" else plan.method
+    rows = FuzzyKMeans._rows(d, k, plan.M, method, data.dtype, budget)
+    if dev.type == "cpu":
+        rows = min(rows, max(CPU_CHUNK_ELEMENTS // (max(k, d) + 1), 1024))
+    geo = _Geometry(data, torch.from_numpy(shift).to(dev), rows, plan.M == k, cache_norms=False)
+    p = FuzzyKMeans()._pass(data, Ct, plan.M, plan.q, method, rows, geo, sums=sums, labels=labels)
+    return PartialPass(None if p.sums is None else p.sums.cpu().numpy(), p.objective, method, p.labels)
+
+
+def _add(parts: list[PartialPass]) -> PartialPass:
+    sums = None if parts[0].sums is None else np.sum([p.sums for p in parts], axis=0)
+    return PartialPass(sums, float(sum(p.objective for p in parts)), parts[0].method)
+
+
+def _block_farthest(block: Any, offset: int, C: np.ndarray, shift: np.ndarray, plan: PassPlan, count: int
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One block's ``count`` rows farthest from their nearest centroid: (distance, global row, row)."""
+    from densitas.cluster.steps import nearest_centroids
+
+    data, dev, _budget = _block_data(block, offset, plan)
+    D, _ = nearest_centroids(data.x.to(dev), torch.from_numpy(C).to(dev), 1, torch.from_numpy(shift).to(dev))
+    dmin = D[:, 0].to(torch.float64)
+    v, i = torch.topk(dmin, min(count, dmin.shape[0]), largest=True, sorted=False)
+    return v.cpu().numpy(), (i.cpu() + offset).numpy(), data.x.to(dev)[i].to(torch.float64).cpu().numpy()
+
+
+def _merge_farthest(parts: list[tuple[np.ndarray, ...]], count: int) -> tuple[np.ndarray, ...]:
+    from densitas.cluster.fuzzy import _merge_far
+
+    v, i, x = (torch.from_numpy(np.concatenate([p[j] for p in parts])) for j in range(3))
+    empty = torch.empty(0, dtype=torch.float64)
+    out = _merge_far(empty, empty.to(torch.int64), torch.empty((0, x.shape[1]), dtype=torch.float64), v, i, x,
+                     count)
+    return tuple(t.numpy() for t in out)
+
+
+class _Cluster:
+    """The iteration's map-reduce over the blocks."""
+
+    def __init__(self, blocks: RowBlocks, plan: PassPlan):
+        self.blocks = blocks
+        self.plan = plan
+
+    def _each(self, fn: Any, *args: Any) -> list[Any]:
+        import dask
+
+        task = dask.delayed(fn, pure=True)
+        return [task(part, int(off), *args) for part, off, size in
+                zip(self.blocks.parts, self.blocks.offsets[:-1], self.blocks.sizes, strict=True) if size > 0]
+
+    def pass_sums(self, C: torch.Tensor, shift: torch.Tensor, sums: bool) -> PartialPass:
+        import dask
+
+        shared = dask.delayed(C.cpu().numpy(), pure=True), dask.delayed(shift.cpu().numpy(), pure=True)
+        (total,) = compute(tree_reduce(self._each(_block_pass, *shared, self.plan, sums, False), _add))
+        return total
+
+    def farthest(self, C: torch.Tensor, shift: torch.Tensor, count: int) -> np.ndarray:
+        (v, _i, x), = compute(tree_reduce(self._each(_block_farthest, C.cpu().numpy(), shift.cpu().numpy(),
+                                                     self.plan, count), _merge_farthest, count))
+        return x[v > 0]
+
+
+def _update(cluster: _Cluster, C: torch.Tensor, shift: torch.Tensor) -> tuple[torch.Tensor, float, float, bool,
+                                                                               str]:
+    """One centroid update, as :meth:`FuzzyKMeans._update` on one machine."""
+    p = cluster.pass_sums(C, shift, True)
+    d = C.shape[1]
+    S = torch.from_numpy(p.sums).to(C)
+    tot = S[:, d]
+    new = torch.where(tot[:, None] > 0, S[:, :d] / torch.where(tot > 0, tot, 1.0)[:, None], C)
+    empty = torch.nonzero(tot <= 0).squeeze(1).tolist()
+    relocated = False
+    if empty:
+        far = torch.from_numpy(cluster.farthest(C, shift, len(empty))).to(C)
+        for j, row in zip(empty, far, strict=False):
+            new[j] = row
+            relocated = True
+    move = float(torch.linalg.vector_norm(new - C, dim=1).max())
+    return new, p.objective, move, relocated, p.method
+
+
+def fit_dask(est: Any, X: Any, callback: Any = None, compute_labels: bool = True) -> Any:
+    """``FuzzyKMeans.fit`` on a Dask array or DataFrame (see the module); returns ``est``."""
+    from densitas.cluster.fuzzy import _owner
+    from densitas.cluster.steps import schwaemmle_jensen
+
+    est._check_params()
+    blocks = row_blocks(X, "X")
+    if blocks.dtype.kind not in "biuf":
+        raise InputError(f"'X' of {_owner()} must hold numbers only. Got dtype {blocks.dtype} instead.")
+    n, d = blocks.n_rows, blocks.n_features
+    if n < 1 or d < 1:
+        raise InputError(f"'X' has shape ({n}, {d}): at least 1 sample and 1 feature are required.")
+    est.n_features_in_ = d
+    if blocks.names is not None:
+        est.feature_names_in_ = np.asarray(blocks.names, dtype=object)
+    elif hasattr(est, "feature_names_in_"):
+        del est.feature_names_in_
+    k = int(est.n_clusters)
+    if k > n:
+        raise InputError(f"The 'n_clusters' parameter of {_owner()} must be an int in [1, n_samples] "
+                         f"(n_samples = {n}). Got {k} instead.")
+    M = min(int(est.n_nearest), k)
+    q = schwaemmle_jensen(n, d) if est.fuzzifier == "auto" else float(est.fuzzifier)
+    dev = est._device()  # the client's device: the initialisation and the centroid arithmetic
+    plan = PassPlan(n, M, q, est.centroid_update, est.device, est._budget())
+    cluster = _Cluster(blocks, plan)
+    data = DaskRows(blocks, dev)
+    init_array = None if isinstance(est.init, str) else est._init_array(d)
+    from sklearn.utils import check_random_state
+
+    rs = check_random_state(est.random_state)
+    runs = 1 if init_array is not None else int(est.n_init)
+    seeds = rs.randint(np.iinfo(np.int32).max, size=runs)
+    best = None
+    for seed in seeds:
+        C = init_array.to(dev) if init_array is not None else est._init_centers(data, k, np.random.RandomState(seed))
+        shift = C.mean(0)
+        history: list[float] = []
+        method = est.centroid_update
+        for it in range(int(est.max_iter)):
+            C, objective, move, relocated, method = _update(cluster, C, shift)
+            history.append(objective)
+            if callback is not None:
+                callback(it + 1, objective, move)
+            if not relocated and move < float(est.tol):
+                break
+        final = cluster.pass_sums(C, shift, False)
+        if best is None or final.objective < best[0]:
+            best = (final.objective, C, history, len(history), shift, method)
+    objective, C, history, n_iter, shift, method = best
+    est.cluster_centers_ = C.cpu().numpy()
+    est.fuzzifier_ = q
+    est.n_iter_ = n_iter
+    est.objective_ = np.asarray(history, dtype=np.float64)
+    est.inertia_ = float(objective)
+    est.centroid_update_ = method
+    est._n_features_out = k
+    if compute_labels:
+        est.labels_ = _map_rows(est, blocks, "labels", C, shift, plan)
+    return est
+
+
+def _block_labels(block: Any, offset: int, C: np.ndarray, shift: np.ndarray, plan: PassPlan) -> np.ndarray:
+    return _block_pass(block, offset, C, shift, plan, False, True).labels
+
+
+def _block_method(block: Any, offset: int, est: Any, how: str) -> Any:
+    """A task: the fitted estimator's own method on one block (returned to the host)."""
+    x = block_tensor(block)
+    if x.ndim == 1:
+        x = x[:, None]
+    x = x.to(compute_dtype(x.dtype)).cpu()
+    if not bool(torch.isfinite(x).all()):
+        raise InputError(_nonfinite_message(x, offset, "X"))
+    out = getattr(est, how)(x.numpy())
+    return out
+
+
+def _map_rows(est: Any, blocks: RowBlocks, how: str, C: torch.Tensor | None = None, shift: torch.Tensor | None = None,
+              plan: PassPlan | None = None, index: int | None = None) -> Any:
+    """A Dask array, one block per row block, of the estimator's ``how`` (``labels`` from the final pass)."""
+    import dask
+    import dask.array as da
+
+    k = int(est.n_clusters)
+    if how == "labels":
+        task = dask.delayed(_block_labels, pure=True)
+        args = (C.cpu().numpy(), shift.cpu().numpy(), plan)
+        shape, dtype = (lambda m: (m,)), np.int64
+    else:
+        task = dask.delayed(_block_method, pure=True)
+        args = (dask.delayed(_light(est), pure=True), how)
+        widths = {"predict": None, "transform": k, "predict_membership": k, "membership": min(est.n_nearest, k)}
+        w = widths[how]
+        shape = (lambda m: (m,)) if w is None else (lambda m, w=w: (m, w))
+        dtype = np.int64 if how == "predict" else np.float64
+    arrays = []
+    for part, off, size in zip(blocks.parts, blocks.offsets[:-1], blocks.sizes, strict=True):
+        t = task(part, int(off), *args)
+        if index is not None:
+            t = dask.delayed(lambda r, j=index: r[j], pure=True)(t)
+            dtype = np.int64 if index == 0 else np.float64
+        arrays.append(da.from_delayed(t, shape(size), dtype))
+    return da.concatenate(arrays, axis=0)
+
+
+def _light(est: Any) -> Any:
+    """A copy of the fitted estimator without its ``labels_`` (what a block task needs)."""
+    import copy
+
+    c = copy.copy(est)
+    c.__dict__.pop("labels_", None)
+    c.device = est.device
+    return c
+
+
+def predict_dask(est: Any, X: Any, how: str) -> Any:
+    """``predict``, ``transform``, ``predict_membership`` (Dask arrays), ``membership`` (a pair of them) or
+    ``score`` (a float) of a fitted ``FuzzyKMeans`` on a Dask collection, block by block on the workers."""
+    from sklearn.utils.validation import check_is_fitted
+
+    from densitas.cluster.fuzzy import _owner
+
+    check_is_fitted(est, "cluster_centers_")
+    blocks = row_blocks(X, "X")
+    if blocks.n_features != est.n_features_in_:
+        raise InputError(f"X has {blocks.n_features} features, but {_owner()} is expecting {est.n_features_in_} "
+                         "features as input.")
+    if how == "score":
+        import dask
+
+        task = dask.delayed(_block_method, pure=True)
+        shared = dask.delayed(_light(est), pure=True)
+        parts = [task(p, int(o), shared, "score") for p, o, s in
+                 zip(blocks.parts, blocks.offsets[:-1], blocks.sizes, strict=True) if s > 0]
+        (scores,) = compute(parts)
+        return float(sum(scores))
+    if how == "membership":
+        return _map_rows(est, blocks, how, index=0), _map_rows(est, blocks, how, index=1)
+    return _map_rows(est, blocks, how)
+
