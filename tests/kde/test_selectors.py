@@ -12,9 +12,13 @@ import torch
 from densitas.exceptions import InputError
 from densitas.kde import bandwidth, lscv_objective, plugin_functional
 from densitas.kde import selectors as sel
+from densitas.kde.selectors import SELECTORS
 from densitas.testing.kde_reference import lscv_bruteforce, plugin_bruteforce, psi_bruteforce
 
 RTOL = {"torch": 1e-6, "triton": 1e-5}
+# Test parametrisation follows the selector registry: a new selector joins every invariance test.
+ONE_D = [s.name for s in SELECTORS if s.name != "lscv_H"]  # lscv_H in 1-D is lscv_h (H is a scalar)
+MULTI = [s.name for s in SELECTORS if not s.univariate]
 
 
 def _spd(rng: np.random.Generator, d: int, scale: float = 0.3) -> np.ndarray:
@@ -157,7 +161,7 @@ def test_lscv_binned_1d_close_to_exact(rng):
 # ----------------------------------------------------------------------------------- invariances
 
 
-@pytest.mark.parametrize("method", ["scott", "silverman", "plugin", "isj", "lscv_h"])
+@pytest.mark.parametrize("method", ONE_D)
 @pytest.mark.parametrize("a,b", [(3.0, -7.0), (-0.01, 5.0), (1000.0, 1e4)])
 def test_1d_scale_and_shift_equivariance(rng, method, a, b):
     x = np.r_[rng.normal(size=400), rng.normal(4, 0.5, size=200)]
@@ -165,7 +169,7 @@ def test_1d_scale_and_shift_equivariance(rng, method, a, b):
     assert bandwidth(a * x + b, method, device="cpu") == pytest.approx(abs(a) * h, rel=1e-6)
 
 
-@pytest.mark.parametrize("method", ["scott", "silverman", "lscv_h", "lscv_H"])
+@pytest.mark.parametrize("method", MULTI)
 def test_dd_affine_equivariance(rng, method):
     x = rng.normal(size=(150, 2)) @ np.array([[1.0, 0.3], [0.0, 0.5]])
     A = np.array([[2.0, 0.5], [-0.3, 1.5]])
@@ -175,16 +179,16 @@ def test_dd_affine_equivariance(rng, method):
     assert np.allclose(HA, A @ H @ A.T, rtol=rtol, atol=rtol * np.abs(HA).max())
 
 
-@pytest.mark.parametrize("method", ["scott", "silverman", "plugin", "isj", "lscv_h"])
+@pytest.mark.parametrize("method", ONE_D)
 def test_permutation_invariance(rng, method):
     x = rng.lognormal(size=500)
     p = rng.permutation(500)
     assert bandwidth(x[p], method, device="cpu") == pytest.approx(bandwidth(x, method, device="cpu"), rel=1e-9)
 
 
-@pytest.mark.parametrize("method", ["scott", "silverman", "plugin", "isj", "lscv_h", "lscv_H"])
+@pytest.mark.parametrize("method", SELECTORS.names())
 def test_integer_weights_equal_repeated_rows(rng, method):
-    x = rng.normal(size=300) if method in ("plugin", "isj") else rng.normal(size=(120, 2))
+    x = rng.normal(size=300) if SELECTORS[method].univariate else rng.normal(size=(120, 2))
     # LSCV with copies of a row is degenerate (tested below), so its weights here are 0 or 1: 0 ≡ row dropped.
     w = rng.integers(0, 2 if method.startswith("lscv") else 4, size=x.shape[0])
     w[:3] = 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import textwrap
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -26,12 +27,12 @@ from densitas.kde import binned as _binned
 from densitas.kde import pairhist as _pairhist
 from densitas.kde.kernels import SQRT_2PI, gaussian_derivative_at_zero, hermite_even_coefficients
 from densitas.kde.pairsum import gauss_grad_sums, gauss_sums, hermite_cutoff, hermite_sum
+from densitas.kde.registry import Option, Selector, SelectorRegistry, choice, int_at_least
 
-__all__ = ["ENGINES", "METHODS", "bandwidth", "lscv_objective", "plugin_functional"]
+__all__ = ["ENGINES", "METHODS", "SELECTORS", "bandwidth", "lscv_objective", "plugin_functional"]
 
 log = logging.getLogger("densitas")
 
-METHODS = ("scott", "silverman", "plugin", "lscv_h", "lscv_H", "isj")
 ENGINES = ("auto", "exact", "binned")
 LSCV_GRID = 32  # coarse grid over [h0/4, 4 h0] (the papers used 100-200 points; the zoom below refines)
 LSCV_ZOOM = 16  # points per refinement pass
@@ -159,12 +160,6 @@ def _check_scale(s: Sample, full: bool = True) -> torch.Tensor:
                                           "so no full-rank bandwidth matrix exists. Drop one of them, project the "
                                           "data first, or use a rule with covariance='diagonal'.")
     return cov
-
-
-def _check_options(options: dict[str, Any], allowed: set[str], method: str) -> None:
-    extra = set(options) - allowed
-    if extra:
-        raise InputError(f"Unknown option(s) {sorted(extra)} for method {method!r}; it accepts {sorted(allowed)}.")
 
 
 def _weighted_quantile(x: torch.Tensor, w: torch.Tensor | None, q: float) -> float:
@@ -522,23 +517,14 @@ def _lscv(s: Sample, engine: str, full: bool, options: dict[str, Any]) -> float 
     h, _ = scalar.minimise()
     if not full:
         return _finish(s, _to_data_units(s, np.eye(s.d) * h * h, scalar.chol))
-    optimizer = options.get("optimizer", "bfgs")
-    optimizer = {"bfgs": "bfgs", "quasi-newton": "bfgs", "nelder-mead": "nelder-mead"}.get(optimizer, optimizer)
-    if optimizer not in ("bfgs", "nelder-mead"):
-        raise InputError(f"The 'optimizer' option of method 'lscv_H' must be 'bfgs' or 'nelder-mead'. Got "
-                         f"{options.get('optimizer')!r} instead.")
-    start = options.get("start", "auto")
+    optimizer = options["optimizer"]
     d, n = s.d, s.n
     h0sq = (4.0 / ((d + 2.0) * n)) ** (2.0 / (d + 4.0))
-    if start == "normal":
+    if options["start"] == "normal":
         start_m = np.eye(d) * h0sq
-    elif start == "auto":  # the better of H0 and the LSCV_h minimiser: the latter, which minimises over h²S ∋ H0
+    else:  # "auto": the better of H0 and the LSCV_h minimiser: the latter, which minimises over h²S ∋ H0
         start_m = np.eye(d) * h * h
-    else:
-        raise InputError(f"The 'start' option of method 'lscv_H' must be 'auto' or 'normal'. Got {start!r} instead.")
-    maxiter = int(options.get("maxiter", 200 if optimizer == "bfgs" else 4000))
-    if eng == "binned" and d != 1:
-        raise InputError("engine='binned' supports LSCV on 1-D data only.")
+    maxiter = options["maxiter"] or (200 if optimizer == "bfgs" else 4000)
     if eng == "binned":  # 1-D: H is a scalar, the LSCV_h minimiser is the answer
         return _finish(s, _to_data_units(s, start_m, scalar.chol))
     mat = _LscvMatrix(scalar)
@@ -551,6 +537,84 @@ def _finish(s: Sample, hmat: np.ndarray) -> float | np.ndarray:
     return math.sqrt(float(hmat[0, 0])) if s.one_d else hmat
 
 
+# ------------------------------------------------------------------------------------------ registry
+
+
+def _scott(s: Sample, engine: str, options: dict[str, Any]) -> float | np.ndarray:
+    return _rule(s, "scott", options["covariance"])
+
+
+def _silverman(s: Sample, engine: str, options: dict[str, Any]) -> float | np.ndarray:
+    return _rule(s, "silverman", options["covariance"])
+
+
+def _plugin_selector(s: Sample, engine: str, options: dict[str, Any]) -> float:
+    return _plugin(s, _engine_for(s, engine))
+
+
+def _isj_selector(s: Sample, engine: str, options: dict[str, Any]) -> float:
+    return _isj(s, options["grid_size"])
+
+
+def _lscv_h_selector(s: Sample, engine: str, options: dict[str, Any]) -> float | np.ndarray:
+    return _lscv(s, engine, False, options)
+
+
+def _lscv_H_selector(s: Sample, engine: str, options: dict[str, Any]) -> float | np.ndarray:
+    return _lscv(s, engine, True, options)
+
+
+_COVARIANCE = Option("covariance", "full", choice("full", "diagonal"),
+                     "``'diagonal'`` uses only the diagonal of S (a product kernel; works when S is singular).")
+
+#: The bandwidth selectors, in the order the documentation lists them.
+SELECTORS = SelectorRegistry()
+SELECTORS.register(Selector(
+    "scott", _scott,
+    "1-D: ``h = 1.059 · min(sd, IQR/1.349) · n^(−1/5)`` (1.059 = (4/3)^(1/5), the normal AMISE optimum); d-D: "
+    "``H = n^(−2/(d+4)) · S`` (Scott's factor squared times the sample covariance).",
+    options=(_COVARIANCE,), complexity="O(n)"))
+SELECTORS.register(Selector(
+    "silverman", _silverman,
+    "1-D: ``h = 0.9 · min(sd, IQR/1.349) · n^(−1/5)`` (Silverman 1986, eq. 3.31); d-D: "
+    "``H = (n(d+2)/4)^(−2/(d+4)) · S``.",
+    options=(_COVARIANCE,), complexity="O(n)"))
+SELECTORS.register(Selector(
+    "plugin", _plugin_selector,
+    "1-D two-stage direct plug-in (Sheather & Jones 1991 / Wand & Jones 1995 §3.6; digest steps 1–7; "
+    "KernSmooth ``dpik``): two functionals Ψ̂₆(g₁), Ψ̂₄(g₂).",
+    univariate=True, complexity="exact O(n²) (pruned), binned O(n + M log M)"))
+SELECTORS.register(Selector(
+    "lscv_h", _lscv_h_selector,
+    "``H = h²S``, h minimising LSCV(h²S) (documents 000/003): a 32-point geometric grid over ``[h₀/4, 4h₀]``, "
+    "``h₀ = (4/((d+2)n))^(1/(d+4))``, then zoom passes of 16 values each (uniform in 1/h²) to 1e-4 relative in "
+    "h (on the CPU from one pair-distance histogram when its error bound allows). All values of a pass share "
+    "one O(n²) sweep; the pair distances are never stored. Warns when the minimum runs to h → 0 (tied or "
+    "discrete data).",
+    binned_univariate=True, complexity="O(n² d) per pass"))
+SELECTORS.register(Selector(
+    "lscv_H", _lscv_H_selector,
+    "a full symmetric positive-definite H minimising LSCV(H) (document 003), parameterised as "
+    "``H = L_S M Mᵀ L_Sᵀ`` with ``M`` lower-triangular with log-diagonal (it cannot leave the cone), analytic "
+    "gradients, BFGS; started from the LSCV_h minimiser (``start='auto'``, so never worse than ``lscv_h``) or "
+    "document 003's ``H₀ = (4/((d+2)n))^(2/(d+4)) S`` (``start='normal'``).",
+    options=(Option("optimizer", "bfgs", choice("bfgs", "nelder-mead", aliases={"quasi-newton": "bfgs"}),
+                    "the minimiser of LSCV(H)."),
+             Option("start", "auto", choice("auto", "normal"), "the starting H."),
+             Option("maxiter", None, int_at_least(1, none_ok=True),
+                    "iteration limit (200 for BFGS, 4000 for Nelder–Mead).")),
+    binned_univariate=True, complexity="O(n² d²) per iteration"))
+SELECTORS.register(Selector(
+    "isj", _isj_selector,
+    "improved Sheather–Jones (Botev et al. 2010), on a grid of ``grid_size`` points, scale-equivariant.",
+    options=(Option("grid_size", 1 << 14, int_at_least(64), "grid points of the discrete cosine transform."),),
+    univariate=True, engines=("auto", "binned"),
+    reason="method='isj' is a grid method (a discrete cosine transform of binned data)",
+    complexity="O(n + M log M)"))
+
+METHODS = SELECTORS.names()
+
+
 # ------------------------------------------------------------------------------------------ public
 
 
@@ -561,24 +625,8 @@ def bandwidth(x: Any, method: str = "plugin", *, engine: str = "auto", weights: 
     Parameters
     ----------
     x : (n,) or (n, d) array-like (NumPy, pandas, torch)
-    method : {"plugin", "scott", "silverman", "lscv_h", "lscv_H", "isj"}
-        * ``"scott"`` — 1-D: ``h = 1.059 · min(sd, IQR/1.349) · n^(−1/5)`` (1.059 = (4/3)^(1/5), the normal
-          AMISE optimum); d-D: ``H = n^(−2/(d+4)) · S`` (Scott's factor squared times the sample covariance).
-        * ``"silverman"`` — 1-D: ``h = 0.9 · min(sd, IQR/1.349) · n^(−1/5)`` (Silverman 1986, eq. 3.31);
-          d-D: ``H = (n(d+2)/4)^(−2/(d+4)) · S``. Both rules take ``covariance="diagonal"`` to use only the
-          diagonal of S (a product kernel; works when S is singular).
-        * ``"plugin"`` — 1-D two-stage direct plug-in (Sheather & Jones 1991 / Wand & Jones 1995 §3.6; digest
-          steps 1–7; KernSmooth ``dpik``): two O(n²) functionals Ψ̂₆(g₁), Ψ̂₄(g₂).
-        * ``"lscv_h"`` — ``H = h²S``, h minimising LSCV(h²S) (documents 000/003): a 32-point geometric grid over
-          ``[h₀/4, 4h₀]``, ``h₀ = (4/((d+2)n))^(1/(d+4))``, then zoom passes of 16 values each (uniform in 1/h²) to
-          1e-4 relative in h. All values of a pass share one O(n²) sweep; the pair distances are never stored.
-        * ``"lscv_H"`` — a full symmetric positive-definite H minimising LSCV(H) (document 003), parameterised
-          as ``H = L_S M Mᵀ L_Sᵀ`` with ``M`` lower-triangular with log-diagonal (it cannot leave the cone),
-          analytic gradients, BFGS. Options: ``optimizer="bfgs" | "nelder-mead"``, ``start="auto"`` (the
-          LSCV_h minimiser, so the result is never worse than ``lscv_h``) or ``"normal"`` (document 003's
-          ``H₀ = (4/((d+2)n))^(2/(d+4)) S``), ``maxiter``.
-        * ``"isj"`` — improved Sheather–Jones (Botev et al. 2010), 1-D, on a grid of ``grid_size`` (2^14)
-          points, scale-equivariant.
+    method : {METHOD_CHOICES}
+{METHOD_BULLETS}
     engine : {"auto", "exact", "binned"}
         ``"exact"``: O(n²) tiled pair sums (CPU: PyTorch in float64; CUDA: Triton, float32 with float64 tile
         accumulation). ``"binned"``: linear binning + FFT, within 1e-3 of exact (1-D only). ``"auto"``: exact
@@ -587,10 +635,21 @@ def bandwidth(x: Any, method: str = "plugin", *, engine: str = "auto", weights: 
     weights : (n,) array-like, optional
         Frequency weights (integer weights ≡ repeated rows; the sum is the sample size).
     device : "auto", "cpu", "cuda", …
+    **options
+        The method's options (``SELECTORS[method].options``):
+
+{OPTION_BULLETS}
 
     Returns
     -------
     float for 1-D input (the kernel's standard deviation), (d, d) ndarray for 2-D input (the kernel covariance).
+
+    Raises
+    ------
+    OptionError
+        An option the method does not take, or a bad value of one (``.option`` names it).
+    InputError
+        Bad data, an engine or a number of columns the method does not take.
 
     Examples
     --------
@@ -601,36 +660,28 @@ def bandwidth(x: Any, method: str = "plugin", *, engine: str = "auto", weights: 
     """
     method = check_choice("method", method, METHODS, "bandwidth")
     engine = check_choice("engine", engine, ENGINES, "bandwidth")
+    selector = SELECTORS[method]
+    opts = selector.validate(options, engine)
     s = prepare(x, weights, device=device)
-    if method in ("scott", "silverman"):
-        _check_options(options, {"covariance"}, method)
-        covariance = options.get("covariance", "full")
-        if covariance not in ("full", "diagonal"):
-            raise InputError(f"The 'covariance' option of method {method!r} must be 'full' or 'diagonal'. Got "
-                             f"{covariance!r} instead.")
-        return _rule(s, method, covariance)
-    if method == "plugin":
-        _check_options(options, set(), method)
-        if not s.one_d and s.d != 1:
-            raise InputError(f"method='plugin' is univariate; 'x' has {s.d} columns. Use 'lscv_h', 'lscv_H', "
-                             "'scott' or 'silverman' for multivariate data.")
-        if not s.one_d:
-            return np.array([[_plugin(_as_1d(s), _engine_for(s, engine)) ** 2]])
-        return _plugin(s, _engine_for(s, engine))
-    if method == "isj":
-        _check_options(options, {"grid_size"}, method)
-        if engine == "exact":
-            raise InputError("method='isj' is a grid method (a discrete cosine transform of binned data); use "
-                             "engine='binned' or 'auto'.")
-        if not s.one_d and s.d != 1:
-            raise InputError(f"method='isj' is univariate; 'x' has {s.d} columns.")
-        grid = options.get("grid_size", 1 << 14)
-        if isinstance(grid, bool) or not isinstance(grid, int | np.integer) or grid < 64:
-            raise InputError(f"The 'grid_size' option of method 'isj' must be an int ≥ 64. Got {grid!r} instead.")
-        h = _isj(_as_1d(s), int(grid))
-        return h if s.one_d else np.array([[h * h]])
-    _check_options(options, {"optimizer", "start", "maxiter"} if method == "lscv_H" else set(), method)
-    return _lscv(s, engine, method == "lscv_H", options)
+    selector.check_dimensions(s.d, engine, SELECTORS.multivariate)
+    if selector.univariate and not s.one_d:  # one column given as (n, 1): H = [[h²]]
+        return np.array([[selector.fn(_as_1d(s), engine, opts) ** 2]])
+    return selector.fn(s, engine, opts)
+
+
+def _docstring_bullets(items: list[tuple[str, str]], indent: int) -> str:
+    lines = []
+    for head, text in items:
+        lines.append(textwrap.fill(f"* {head} — {text}", width=114, initial_indent=" " * indent,
+                                   subsequent_indent=" " * (indent + 2)))
+    return "\n".join(lines)
+
+
+bandwidth.__doc__ = bandwidth.__doc__.replace("{METHOD_CHOICES}", "{" + ", ".join(repr(m) for m in METHODS)
+                                              .replace("'", '"') + "}").replace(
+    "{METHOD_BULLETS}", _docstring_bullets([(f'``"{s.name}"``', s.summary) for s in SELECTORS], 8)).replace(
+    "{OPTION_BULLETS}", _docstring_bullets([(f'``{s.name}``', o.describe()) for s in SELECTORS
+                                            for o in s.options], 8))
 
 
 def _as_1d(s: Sample) -> Sample:
