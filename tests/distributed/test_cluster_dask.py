@@ -1,0 +1,97 @@
+"""FuzzyKMeans on Dask arrays and DataFrames: the centroids, iterations, objective and labels of the
+single-machine fit of the same data, for every centroid update and initialisation, on a two-process LocalCluster
+and on the local scheduler."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from densitas.cluster import FuzzyKMeans
+from densitas.exceptions import DensitasError
+
+da = pytest.importorskip("dask.array")
+dd = pytest.importorskip("dask.dataframe")
+
+
+def blobs(rng, n=900, d=3):
+    centres = rng.normal(size=(4, d)) * 5
+    return centres[rng.integers(0, 4, size=n)] + rng.normal(size=(n, d))
+
+
+def assert_same_fit(a: FuzzyKMeans, b: FuzzyKMeans, objective_rtol: float = 1e-9) -> None:
+    """float64 data: the objective to 1e-9; float32 data (distances in float32, summed per block): 1e-6."""
+    assert a.n_iter_ == b.n_iter_
+    np.testing.assert_allclose(b.cluster_centers_, a.cluster_centers_, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(b.objective_, a.objective_, rtol=objective_rtol)
+    np.testing.assert_allclose(b.inertia_, a.inertia_, rtol=objective_rtol)
+    np.testing.assert_array_equal(np.asarray(b.labels_), a.labels_)
+
+
+@pytest.mark.parametrize(("options", "init"), [
+    ({"n_clusters": 4, "n_nearest": 2, "centroid_update": "auto"}, "k-means++"),
+    ({"n_clusters": 4, "n_nearest": 4, "centroid_update": "dense"}, "random"),  # classic fuzzy c-means
+    ({"n_clusters": 5, "n_nearest": 2, "centroid_update": "atomic"}, "random-slices"),
+    ({"n_clusters": 5, "n_nearest": 3, "centroid_update": "counting_sort"}, "k-means++"),
+    ({"n_clusters": 4, "n_nearest": 1, "centroid_update": "sort_by_key"}, "k-means++"),  # k-means
+])
+def test_fit_equals_single_machine(rng, scheduler, options, init):
+    X = blobs(rng)
+    seed = int(rng.integers(1 << 30))
+    kw = {"fuzzifier": 2.0, "init": init, "max_iter": 12, "tol": 0.0, "device": "cpu", "random_state": seed,
+          **options}
+    one = FuzzyKMeans(**kw).fit(X)
+    many = FuzzyKMeans(**kw).fit(da.from_array(X, chunks=((300, 1, 299, 300), 3)))
+    assert many.centroid_update_ == one.centroid_update_
+    labels = many.labels_
+    assert isinstance(labels, da.Array)
+    assert_same_fit(one, many)
+    np.testing.assert_array_equal(labels.compute(), one.labels_)
+
+
+def test_fit_dataframe_float32_tolerance_and_n_init(rng, client):
+    X = blobs(rng, n=600).astype(np.float32)
+    frame = pd.DataFrame(X, columns=["u", "v", "w"])
+    kw = {"n_clusters": 3, "fuzzifier": 1.7, "n_init": 2, "tol": 1e-4, "device": "cpu",
+          "random_state": int(rng.integers(1 << 30))}
+    one = FuzzyKMeans(**kw).fit(frame)
+    many = FuzzyKMeans(**kw).fit(dd.from_pandas(frame, npartitions=3))
+    assert list(many.feature_names_in_) == ["u", "v", "w"]
+    assert_same_fit(one, many, objective_rtol=1e-6)
+
+
+def test_empty_cluster_is_relocated_like_single_machine(rng, client):
+    X = blobs(rng, n=400, d=2)
+    init = np.array([[0.0, 0.0], [1.0, 1.0], [1e4, 1e4]])  # the far centroid has no point among its nearest
+    kw = {"n_clusters": 3, "n_nearest": 1, "init": init, "fuzzifier": 2.0, "max_iter": 5, "tol": 0.0,
+          "device": "cpu"}
+    one = FuzzyKMeans(**kw).fit(X)
+    many = FuzzyKMeans(**kw).fit(da.from_array(X, chunks=90))
+    assert np.abs(one.cluster_centers_).max() < 1e3  # it was moved onto the data
+    assert_same_fit(one, many)
+
+
+def test_predictions_on_dask_queries(rng, scheduler):
+    X = blobs(rng, n=300)
+    km = FuzzyKMeans(3, fuzzifier=2.0, device="cpu", random_state=0, max_iter=5).fit(X)
+    Xd = da.from_array(X, chunks=77)
+    np.testing.assert_array_equal(km.predict(Xd).compute(), km.predict(X))
+    np.testing.assert_allclose(km.transform(Xd).compute(), km.transform(X), rtol=1e-12)
+    np.testing.assert_allclose(km.predict_membership(Xd).compute(), km.predict_membership(X), rtol=1e-12)
+    idx, u = km.membership(Xd)
+    ref_idx, ref_u = km.membership(X)
+    np.testing.assert_array_equal(idx.compute(), ref_idx)
+    np.testing.assert_allclose(u.compute(), ref_u, rtol=1e-12)
+    assert km.score(Xd) == pytest.approx(km.score(X), rel=1e-12)
+
+
+def test_errors_name_the_problem(rng, client):
+    X = blobs(rng, n=100)
+    X[57, 1] = np.nan
+    with pytest.raises(DensitasError):  # raised in a worker's task, re-raised on the client
+        FuzzyKMeans(2, fuzzifier=2.0, device="cpu").fit(da.from_array(X, chunks=25))
+    with pytest.raises(DensitasError):
+        FuzzyKMeans(200, device="cpu").fit(da.from_array(blobs(rng, n=100), chunks=25))
+    with pytest.raises(DensitasError):
+        FuzzyKMeans(2, centroid_update="bogus", device="cpu").fit(da.from_array(blobs(rng, n=100), chunks=25))
