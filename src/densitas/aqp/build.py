@@ -34,8 +34,9 @@ fails leaves the previous synopsis of the table untouched and usable. The tables
 10. :func:`draw_sample`: the stratified sample, and :func:`_bandwidths` for the KDE estimator;
 11. :func:`swap_catalog`: the catalog row replaced, the previous synopsis' tables dropped.
 
-SQL is built with sqlglot (identifiers quoted, values as parameters); what DuckDB alone speaks (ASOF JOIN, list
-aggregates, ``hash``, temporary tables, row ids) comes from the :class:`~densitas.aqp.connector.Connector`.
+SQL is built with sqlglot (identifiers quoted, values as parameters) once and rendered in the connector's dialect
+(DuckDB, PostgreSQL); what has no portable form (binning by the ASOF JOIN or ``width_bucket``, list aggregates,
+hashes, temporary tables, row ids) comes from the :class:`~densitas.aqp.connector.Connector`.
 """
 
 from __future__ import annotations
@@ -464,21 +465,24 @@ def bin_rows(con: Connector, tables: SynopsisTables, table: str, cols: Columns) 
         gid: exp.Expression = _col("gid", "g")
     else:
         gid = _num(0)
-    q = sqlglot.select(exp.alias_(gid, "gid", quoted=True),
-                       *(exp.alias_(exp.func("coalesce", _col("bin", f"e{j}"), _num(0)), f"b{j}", quoted=True)
-                         for j in range(len(infos))),
-                       *(_col(f"v{j}", "s") for j in range(len(infos))), _col("_densitas_rid", "s")).from_(source)
+    q = exp.Select().from_(source)
     if cols.group_by:
         on = exp.and_(*(exp.NullSafeEQ(this=_col(g, "s"), expression=_col(g, "g")) for g in cols.group_by))
         q = q.join(exp.alias_(tables.table("groups"), "g", table=True, quoted=True), on=on)
+    bins: list[exp.Expression] = []
     for j, info in enumerate(infos):
         edges_j = sqlglot.select(_col("bin"), _col("lo")).from_(exp.table_(EDGES_TMP, quoted=True)) \
             .where(_col("col").eq(_num(j))).subquery()
         if info.discrete:
             q = q.join(exp.alias_(edges_j, f"e{j}", table=True, quoted=True), join_type="LEFT",
                        on=_col(f"v{j}", "s").eq(_col("lo", f"e{j}")))
+            bins.append(_col("bin", f"e{j}"))
         else:
-            q = con.asof_left_join(q, edges_j, f"e{j}", _col(f"v{j}", "s"), "lo")
+            q, b = con.bin_join(q, edges_j, f"e{j}", _col(f"v{j}", "s"))
+            bins.append(b)
+    q = q.select(exp.alias_(gid, "gid", quoted=True),
+                 *(exp.alias_(exp.func("coalesce", b, _num(0)), f"b{j}", quoted=True) for j, b in enumerate(bins)),
+                 *(_col(f"v{j}", "s") for j in range(len(infos))), _col("_densitas_rid", "s"))
     con.create_temp_table(BINNED, q)
     _drop(con, exp.table_(EDGES_TMP, quoted=True))
     return Binned(BINNED, len(infos))
@@ -648,8 +652,7 @@ def draw_sample(con: Connector, tables: SynopsisTables, binned: Binned, plan: Pl
                                                "q": np.asarray(quota, dtype=np.int64),
                                                "frac": np.asarray(frac, dtype=np.float64)}))
     key = exp.func("coalesce", _col("_densitas_rid", "b"), con.row_id(BINNED, qualifier="b"))
-    salted = exp.BitwiseXor(this=con.row_hash(key),
-                            expression=exp.cast(exp.Placeholder(), exp.DataType.build("UBIGINT", dialect="duckdb")))
+    salted = exp.BitwiseXor(this=con.row_hash(key), expression=con.salt_param())
     h = con.row_hash(salted)  # the seed's salt is the statement's one parameter
     hashed = sqlglot.select(exp.Column(this=exp.Star(), table=exp.to_identifier("b", quoted=True)),
                             exp.alias_(h, "h", quoted=True)).from_(

@@ -1,11 +1,12 @@
 """The small database interface the engine needs, and its DuckDB implementation.
 
-Another engine (PostgreSQL, ...) fits by implementing :class:`Connector`: run SQL (a string, or a sqlglot
-expression it renders in its own dialect), fetch results as NumPy or pandas, describe a table, report its storage
-size, and run a block of statements as one transaction. The build writes its SQL with sqlglot's builders; what
-has no portable form (the data fingerprint's hash, a column's distinct values and quantiles as lists, stable row
-ids and seeded row hashes, the ``ASOF JOIN`` that bins rows, temporary tables built from a query or a frame,
-the numeric line of dates and timestamps) it asks of the connector, so that a port implements those methods.
+Another engine fits by implementing :class:`Connector` (:mod:`densitas.aqp.postgres` is PostgreSQL's): run SQL
+(a string, or a sqlglot expression it renders in its own dialect), fetch results as NumPy or pandas, describe a
+table, report its storage size, and run a block of statements as one transaction. The build writes its SQL with
+sqlglot's builders once; what has no portable form (the data fingerprint's hash, a column's distinct values and
+quantiles as lists, stable row ids and seeded row hashes, binning a value against sorted edges, temporary tables
+built from a query or a frame, the numeric line of dates and timestamps) it asks of the connector, so that a port
+implements those methods.
 """
 
 from __future__ import annotations
@@ -117,14 +118,19 @@ class Connector(Protocol):
         """A 64-bit unsigned hash of ``values`` (the same values of the same types hash the same)."""
         ...
 
-    def hash_unit(self, h: exp.Expression) -> exp.Expression:
-        """A 64-bit hash ``h`` mapped to a DOUBLE in [0, 1) (its top 53 bits)."""
+    def salt_param(self) -> exp.Expression:
+        """A parameter typed as :meth:`row_hash`'s hashes, to XOR a seed into them."""
         ...
 
-    def asof_left_join(self, query: exp.Select, right: exp.Expression, alias: str, left_value: exp.Expression,
-                       right_value: str) -> exp.Select:
-        """``query`` LEFT JOINed to ``right`` (as ``alias``) on its row with the largest ``right_value`` at most
-        ``left_value`` (an ASOF join)."""
+    def hash_unit(self, h: exp.Expression) -> exp.Expression:
+        """A hash ``h`` of :meth:`row_hash` mapped to a DOUBLE in [0, 1) (its top 53 bits), in the hashes' order."""
+        ...
+
+    def bin_join(self, query: exp.Select, edges: exp.Expression, alias: str, value: exp.Expression
+                 ) -> tuple[exp.Select, exp.Expression]:
+        """``query`` joined to what bins ``value`` (as ``alias``), and the bin number: of the rows of ``edges``
+        (columns ``bin``, numbered 1, 2, ... in increasing ``lo``, and ``lo``), the ``bin`` of the one with the
+        largest ``lo`` at most ``value``; 0 or NULL below the first and for NULL."""
         ...
 
 
@@ -337,10 +343,19 @@ class DuckDBConnector:
         """``hash(values...)``."""
         return exp.Anonymous(this="hash", expressions=list(values))
 
+    def salt_param(self) -> exp.Expression:
+        """``CAST(? AS UBIGINT)``."""
+        return exp.cast(exp.Placeholder(), exp.DataType.build("UBIGINT", dialect="duckdb"))
+
     def hash_unit(self, h: exp.Expression) -> exp.Expression:
         """``(h >> 11)::DOUBLE / 2^53``."""
         top = exp.cast(exp.paren(exp.BitwiseRightShift(this=h, expression=exp.Literal.number(11))), "DOUBLE")
         return exp.Div(this=top, expression=exp.Literal.number("9007199254740992.0"))
+
+    def bin_join(self, query: exp.Select, edges: exp.Expression, alias: str, value: exp.Expression
+                 ) -> tuple[exp.Select, exp.Expression]:
+        """``query ASOF LEFT JOIN edges AS alias ON value >= alias.lo``, and the bin ``alias.bin``."""
+        return self.asof_left_join(query, edges, alias, value, "lo"), exp.column("bin", table=alias, quoted=True)
 
     def asof_left_join(self, query: exp.Select, right: exp.Expression, alias: str, left_value: exp.Expression,
                        right_value: str) -> exp.Select:
@@ -385,7 +400,9 @@ def line_expr(column: exp.Expression, kind: str) -> exp.Expression:
 
 
 def connect(database: Any, *, read_only: bool = False) -> Connector:
-    """A connector for ``database``: a Connector is returned as is; a path or DuckDB connection is wrapped.
+    """A connector for ``database``: a Connector is returned as is; a PostgreSQL URL (``postgresql://...``) or
+    psycopg connection becomes a :class:`~densitas.aqp.postgres.PostgresConnector`; a path or DuckDB connection a
+    :class:`DuckDBConnector`.
 
     Examples
     --------
@@ -398,4 +415,8 @@ def connect(database: Any, *, read_only: bool = False) -> Connector:
     """
     if hasattr(database, "fetch_df") and hasattr(database, "transaction"):
         return database
+    from densitas.aqp.postgres import PostgresConnector, is_postgres
+
+    if is_postgres(database):
+        return PostgresConnector(database, read_only=read_only)
     return DuckDBConnector(database, read_only=read_only)

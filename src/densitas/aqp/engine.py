@@ -175,7 +175,7 @@ class Engine:
     def _check_fingerprint(self, syn: syn_mod.Synopsis) -> None:
         cols = [i.name for i in syn.infos] + syn.group_by
         try:
-            n, h = self.con.fetch_rows(build_mod.fingerprint_sql(syn.table, cols))[0]
+            n, h = self.con.fetch_rows(self.con.fingerprint_query(syn.table, cols))[0]
         except InputError as exc:  # the table or one of its columns is gone
             raise StaleSynopsisError(f"synopsis of {syn.table!r} no longer matches its table: {exc}") from None
         if f"{int(n)}:{h}" != syn.meta["fingerprint"]:
@@ -328,13 +328,13 @@ class Engine:
         except UnsupportedQueryError:
             q = None
         if q is not None:
-            return exact_select(q, max_rows).sql(dialect="duckdb")
+            return exact_select(q, max_rows).sql(dialect=self.con.dialect)
         if max_rows is not None:
             if tree.args.get("limit") is None and tree.args.get("offset") is None:
                 tree = tree.limit(max_rows + 1)
             else:
                 tree = exp.select("*").from_(tree.subquery("_densitas_exact")).limit(max_rows + 1)
-        return tree.sql(dialect="duckdb")
+        return tree.sql(dialect=self.con.dialect)
 
     def exact(self, sql: str, *, max_rows: int | None = MAX_ROWS) -> pd.DataFrame:
         """Run ``sql`` exactly in the database (same column names as :meth:`query`; CIs equal the answer).
