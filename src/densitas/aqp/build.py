@@ -41,6 +41,7 @@ hashes, temporary tables, row ids) comes from the :class:`~densitas.aqp.connecto
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -114,6 +115,9 @@ class BuildOptions:
     # budget shares: sample, 1-D histograms, sum grids, pair grids (what the others leave goes to the sample);
     # chosen on the tuning tables (lineitem, synthetic, fertility) among (.15,.3,.2,.35), (.5,.15,.1,.25) and these
     shares: tuple[float, float, float, float] = (0.70, 0.10, 0.05, 0.15)
+    # a column whose values only grow as rows are appended (an id, a load date): Engine.refresh merges the rows
+    # above its maximum at build time. None: DuckDB's row ids (PostgreSQL has no ordered row id: refresh rebuilds)
+    append_key: str | None = None
 
     def check(self) -> None:
         if self.budget_bytes is not None and (not isinstance(self.budget_bytes, int) or self.budget_bytes <= 0):
@@ -137,6 +141,9 @@ class BuildOptions:
                              f"Got {self.max_sample_rows!r} instead.")
         if self.sample_size is not None and (not isinstance(self.sample_size, int) or self.sample_size < 10):
             raise InputError(f"sample_size must be an integer >= 10, got {self.sample_size!r}.")
+        if self.append_key is not None and (not isinstance(self.append_key, str) or not self.append_key):
+            raise InputError("The 'append_key' parameter of BuildOptions must be a column name or None. "
+                             f"Got {self.append_key!r} instead.")
         if isinstance(self.max_groups, bool) or not isinstance(self.max_groups, int) \
                 or not 1 <= self.max_groups <= INDEX_MAX:
             raise InputError(f"The 'max_groups' parameter of BuildOptions must be an integer in [1, {INDEX_MAX}] "
@@ -280,6 +287,35 @@ def read_statistics(con: Connector, table: str, cols: Columns) -> TableStats:
         info.nullable, info.lo, info.hi, info.distinct = nn < n_rows, float(lo), float(hi), int(nd)
     fp = con.fetch_rows(con.fingerprint_query(table, cols.names + cols.group_by))[0]
     return TableStats(n_rows, f"{int(fp[0])}:{fp[1]}", con.table_bytes(table))
+
+
+def append_key_expr(con: Connector, table: str, key: str | None) -> exp.Expression | None:
+    """The expression whose values grow as rows are appended to ``table``: the column ``key`` on its numeric line,
+    else the connector's row id where it is ordered (DuckDB), else None.
+
+    Raises
+    ------
+    InputError
+        ``key`` is not a numeric, date or timestamp column of the table.
+    """
+    if key is None:
+        rid = con.row_id(table) if getattr(con, "ordered_row_ids", False) else None
+        return None if rid is None else exp.cast(rid, "DOUBLE")
+    types = dict(con.columns(table))
+    kind = classify(types[key]) if key in types else None
+    if kind is None:
+        raise InputError(f"The 'append_key' parameter must name a numeric, date or timestamp column of {table!r}. "
+                         f"Got {key!r} instead.")
+    return con.to_line(_col(key), kind[0])
+
+
+def append_marker(con: Connector, table: str, key: str | None) -> dict | None:
+    """Where the rows of the build end: ``{"key": key, "max": largest key}`` (None: no ordered key)."""
+    e = append_key_expr(con, table, key)
+    if e is None:
+        return None
+    top = con.fetch_rows(sqlglot.select(exp.Max(this=e)).from_(table_expr(table)))[0][0]
+    return {"key": key, "max": None if top is None else float(top)}
 
 
 def count_groups(con: Connector, table: str, group_by: list[str], max_groups: int) -> int:
@@ -443,8 +479,10 @@ class Binned:
             exp.Add(this=_num(1), expression=exp.IntDiv(this=scaled, expression=_num(bins))))
 
 
-def bin_rows(con: Connector, tables: SynopsisTables, table: str, cols: Columns) -> Binned:
-    """Every row's group id and fine bin per column, into a temporary table (:class:`Binned`).
+def bin_rows(con: Connector, tables: SynopsisTables, table: str, cols: Columns,
+             where: exp.Expression | None = None) -> Binned:
+    """Every row's group id and fine bin per column, into a temporary table (:class:`Binned`); only the rows
+    ``where`` holds when given (a refresh bins the appended rows).
 
     A discrete column's bin comes from an equality join on its value; the others' from an ASOF join on the
     lower edge. The table's row ids go along, so that the sample is a seeded function of them whatever the
@@ -460,7 +498,8 @@ def bin_rows(con: Connector, tables: SynopsisTables, table: str, cols: Columns) 
     sel = [exp.alias_(con.to_line(info.column, info.kind), f"v{j}", quoted=True) for j, info in enumerate(infos)]
     sel += [_col(g) for g in cols.group_by]
     sel.append(exp.alias_(rid if rid is not None else exp.cast(exp.null(), "BIGINT"), "_densitas_rid", quoted=True))
-    source = sqlglot.select(*sel).from_(table_expr(table)).subquery("s")
+    source = sqlglot.select(*sel).from_(table_expr(table))
+    source = (source if where is None else source.where(where)).subquery("s")
     if cols.group_by:
         gid: exp.Expression = _col("gid", "g")
     else:
@@ -630,11 +669,33 @@ def sample_quotas(gsizes: np.ndarray, n_sample: int, fixed: bool) -> np.ndarray:
     return quotas(1.0) if fixed or quotas(1.0).sum() <= n_sample else quotas(lo_f)
 
 
+@dataclass
+class Sample:
+    """The drawn sample: its rows, and per group the threshold ``t_g`` in [0, 1]: the sample is (up to ties of 53-bit
+    hash units) the group's rows whose :func:`seeded_hash` unit lies below ``t_g`` (the unit of the group's
+    ``q_g + 1``-th smallest hash; 1 where the whole group is in it), so that rows appended later join the sample
+    by the same rule (:mod:`densitas.aqp.refresh`)."""
+
+    rows: int
+    thresholds: list[float]
+
+
+def seeded_hash(con: Connector, key: exp.Expression) -> exp.Expression:
+    """The sample's hash of a row id ``key``: ``row_hash(row_hash(key) XOR salt)``, the salt the statement's one
+    parameter (:func:`sample_salt`)."""
+    return con.row_hash(exp.BitwiseXor(this=con.row_hash(key), expression=con.salt_param()))
+
+
+def sample_salt(seed: int) -> int:
+    """The salt of the seed's sample hash."""
+    return int(seed) * 7919 + 1
+
+
 def draw_sample(con: Connector, tables: SynopsisTables, binned: Binned, plan: Plan, n_rows: int,
-                opts: BuildOptions) -> int:
+                opts: BuildOptions) -> Sample:
     """The stratified sample (:func:`sample_quotas` rows per group): each group's first rows in a seeded hash
-    order of the table's row ids; returns its size. The sample gets what the other tables left of the budget,
-    at most ``max_sample_rows`` (``sample_size`` when given).
+    order of the table's row ids; returns its size and thresholds (:class:`Sample`). The sample gets what the
+    other tables left of the budget, at most ``max_sample_rows`` (``sample_size`` when given).
 
     A hash pre-filter keeps the sort small: it passes about ``2·q_g + 50`` rows of a group, and the ``q_g``
     smallest hashes always pass it; where it passes too few (vanishingly rare) the draw runs without it.
@@ -652,8 +713,7 @@ def draw_sample(con: Connector, tables: SynopsisTables, binned: Binned, plan: Pl
                                                "q": np.asarray(quota, dtype=np.int64),
                                                "frac": np.asarray(frac, dtype=np.float64)}))
     key = exp.func("coalesce", _col("_densitas_rid", "b"), con.row_id(BINNED, qualifier="b"))
-    salted = exp.BitwiseXor(this=con.row_hash(key), expression=con.salt_param())
-    h = con.row_hash(salted)  # the seed's salt is the statement's one parameter
+    h = seeded_hash(con, key)  # the seed's salt is the statement's one parameter
     hashed = sqlglot.select(exp.Column(this=exp.Star(), table=exp.to_identifier("b", quoted=True)),
                             exp.alias_(h, "h", quoted=True)).from_(
         exp.alias_(binned.table, "b", table=True, quoted=True))
@@ -662,7 +722,7 @@ def draw_sample(con: Connector, tables: SynopsisTables, binned: Binned, plan: Pl
     lay = tables.sample
     target = lay.table(tables.id)
     con.execute(lay.create(tables.id))
-    salt = int(opts.seed) * 7919 + 1
+    salt = sample_salt(opts.seed)
     for cond in (con.hash_unit(_col("h")) < _col("frac"), exp.true()):
         ranked = sqlglot.select(exp.Star(), exp.alias_(rn.copy(), "rn", quoted=True)) \
             .from_(hashed.subquery("x")).join(exp.table_(QUOTA, quoted=True), using=["gid"]).where(cond)
@@ -673,9 +733,16 @@ def draw_sample(con: Connector, tables: SynopsisTables, binned: Binned, plan: Pl
         con.execute(exp.insert(rows, target), [salt])
         if con.fetch_rows(sqlglot.select(_count()).from_(target))[0][0] >= quota.sum():
             break  # otherwise (vanishingly rare) the filter passed too few rows: draw without it
+    # each group's threshold: the hash unit of its (q_g + 1)-th row; where the filter passed no such row, all
+    # rows below the filter's bound are in the sample, so that bound is the threshold
+    nxt = sqlglot.select(_col("gid"), exp.alias_(con.hash_unit(_col("h")), "t", quoted=True)).from_(
+        ranked.subquery("t")).where(_col("rn").eq(exp.Add(this=_col("q"), expression=_num(1))))
+    thresholds = np.where(quota >= gsizes, 1.0, frac)
+    for g, t in con.fetch_rows(nxt, [salt]):
+        thresholds[int(g)] = float(t)
     _drop(con, binned.table)
     _drop(con, exp.table_(QUOTA, quoted=True))
-    return int(quota.sum())
+    return Sample(int(quota.sum()), thresholds.tolist())
 
 
 def swap_catalog(con: Connector, meta: dict, old_ids: list[str]) -> None:
@@ -736,6 +803,7 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
 
     say("statistics", 0.0)
     stats = read_statistics(con, table, cols)
+    append = append_marker(con, table, opts.append_key)
     say("groups", 0.1)
     plan = plan_bins(infos, count_groups(con, table, cols.group_by, opts.max_groups), opts, stats.table_bytes)
     say("bins", 0.15)
@@ -753,7 +821,7 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
         scores = probe_dependence(con, binned, plan)
         grids = write_pair_grids(con, tables, binned, infos, plan, scores, opts, say)
         say("sample", 0.9)
-        sample_rows = draw_sample(con, tables, binned, plan, stats.rows, opts)
+        sample = draw_sample(con, tables, binned, plan, stats.rows, opts)
         say("bandwidths", 0.95)
         bandwidths = _bandwidths(con, tables, infos, opts.bandwidth)
         meta = {"table_name": table, "id": tables.id, "version": FORMAT_VERSION,
@@ -761,8 +829,9 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
                 "columns": json.dumps([i.to_dict() for i in infos]), "group_by": json.dumps(cols.group_by),
                 "grids": json.dumps({"pairs": [g.to_dict() for g in grids], "sum_res": sum_res,
                                      "scores": [[a, b, v] for (a, b), v in scores.items()]}),
-                "options": json.dumps({"budget_bytes": plan.budget, "sample_size": sample_rows, "seed": opts.seed,
-                                       "max_bins": opts.max_bins}),
+                "options": json.dumps({"budget_bytes": plan.budget, "sample_size": sample.rows, "seed": opts.seed,
+                                       "max_bins": opts.max_bins, "append": append,
+                                       "thresholds": sample.thresholds, "build": dataclasses.asdict(opts)}),
                 "bandwidths": json.dumps(bandwidths),
                 "size_bytes": stored_bytes(con, tables, "marg", "sums", "pairs", "sample", "edges", "groups"),
                 "table_bytes": stats.table_bytes}

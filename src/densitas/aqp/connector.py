@@ -61,6 +61,7 @@ class Connector(Protocol):
     """
 
     dialect: str  # the sqlglot dialect expressions are rendered in
+    ordered_row_ids: bool  # whether rows appended later get larger row ids (DuckDB yes, PostgreSQL's ctid no)
 
     def execute(self, sql: SQL, params: list | None = None) -> None: ...
 
@@ -166,6 +167,7 @@ class DuckDBConnector:
     """
 
     dialect = "duckdb"
+    ordered_row_ids = True  # rows appended later get larger row ids (Engine.refresh finds them by it)
 
     def __init__(self, database: Any, *, read_only: bool = False) -> None:
         import duckdb

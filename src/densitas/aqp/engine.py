@@ -128,6 +128,35 @@ class Engine:
             meta["size_note"] = note
         return meta
 
+    def refresh(self, table: str, *, verify: bool = False) -> dict:
+        """Bring ``table``'s synopsis up to date after rows were appended: the appended rows' synopsis is built
+        alone and merged (time proportional to the new rows), or the synopsis is rebuilt where a merge cannot be
+        exact (see :mod:`densitas.aqp.refresh`). Returns its metadata, with ``refresh``: ``"merged"``,
+        ``"current"`` or ``"rebuilt"``, ``appended`` (rows) and, for a rebuild, ``refresh_reason``.
+
+        Examples
+        --------
+        >>> import duckdb
+        >>> eng = Engine(duckdb.connect())
+        >>> eng.con.execute("CREATE TABLE t AS SELECT i % 7 AS a, i * 0.5 AS b FROM range(10000) r(i)")
+        >>> _ = eng.build("t")
+        >>> eng.con.execute("INSERT INTO t SELECT i % 7, i * 0.5 FROM range(500) r(i)")
+        >>> meta = eng.refresh("t")
+        >>> meta["refresh"], meta["appended"], meta["rows"]
+        ('merged', 500, 10500)
+        """
+        from densitas.aqp import refresh as refresh_mod
+
+        with self._lock:
+            name = self._resolve(table)
+            res = refresh_mod.refresh(self.con, name, verify=verify)
+            self._cache.pop(name, None)
+        meta = dict(res.meta)
+        meta.update({"refresh": res.action, "appended": res.appended})
+        if res.reason is not None:
+            meta["refresh_reason"] = res.reason
+        return meta
+
     def synopses(self) -> pd.DataFrame:
         """One row per synopsis: table, rows, size, build time, columns, group_by, created_at.
 

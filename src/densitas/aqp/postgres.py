@@ -127,6 +127,7 @@ class PostgresConnector:
     """
 
     dialect = DensitasPostgres
+    ordered_row_ids = False  # a ctid says where a row lies, not when it came: refresh needs an append_key
 
     def __init__(self, database: Any, *, read_only: bool = False) -> None:
         try:
