@@ -39,3 +39,17 @@ def test_demo_small_scale(tmp_path):
     assert "speedup" in r.output
     df = Engine(db).exact("SELECT COUNT(*) AS n FROM lineitem")
     assert df["n"].iloc[0] == 60175
+
+
+def test_build_and_query_on_postgres(pg_url):
+    """``--db postgresql://...``: the CLI builds in and answers from a PostgreSQL server."""
+    from tests.aqp.test_postgres import BASIC, load
+
+    eng = Engine(pg_url)
+    load(eng, "t", BASIC.format(n=3000))
+    eng.close()
+    r = CliRunner().invoke(app, ["build", "--db", pg_url, "--table", "t", "--columns", "q,x", "--group-by", "g"])
+    assert r.exit_code == 0, r.output
+    assert "synopsis of t: 3,000 rows" in r.output
+    r = CliRunner().invoke(app, ["query", "--db", pg_url, "SELECT g, COUNT(*) AS n FROM t WHERE q <= 5 GROUP BY g"])
+    assert r.exit_code == 0 and "n_ci_low" in r.output, r.output

@@ -135,6 +135,7 @@ class PostgresConnector:
         except ImportError:
             raise InputError("PostgreSQL needs psycopg 3: pip install 'densitas[postgres]' "
                              "(or pip install 'psycopg[binary]').") from None
+        self._lock = threading.RLock()
         self._owned = isinstance(database, str)
         if self._owned:
             try:
@@ -149,7 +150,6 @@ class PostgresConnector:
         self.read_only = read_only
         if read_only:
             self.execute("SET default_transaction_read_only = on")
-        self._lock = threading.RLock()
 
     # ---- running statements -------------------------------------------------------------------------------------
     def _text(self, sql: SQL) -> str:

@@ -50,7 +50,10 @@ def print_summary(summary: pd.DataFrame, title: str) -> None:
 
 
 def build(db: str, table: str, columns: str | None, group_by: str | None, **options) -> dict:
-    if not Path(db).is_file():  # the table must already be in the database: never create a file for a typo
+    from densitas.aqp.postgres import is_postgres
+
+    # the table must already be in the database: never create a file for a typo (a PostgreSQL URL names a server)
+    if not is_postgres(db) and not Path(db).is_file():
         raise InputError(f"database {db!r} does not exist.")
     eng = Engine(db)
     try:
