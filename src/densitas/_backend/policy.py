@@ -6,12 +6,18 @@ Each figure here comes from a measurement recorded in ``benchmarks/RESULTS.md``;
 
 from __future__ import annotations
 
+import contextlib
+import math
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-__all__ = ["DevicePolicy", "device_policy", "quantile"]
+from densitas.exceptions import InputError
+
+__all__ = ["PARALLEL_MIN_WORK", "DevicePolicy", "cpu_threads", "device_policy", "quantile", "thread_policy"]
 
 
 @dataclass(frozen=True)
@@ -72,3 +78,75 @@ def quantile(x: torch.Tensor, q: float) -> float:
     if x.numel() > device_policy(x.device).numpy_quantile_above:
         return float(np.quantile(x.detach().cpu().numpy(), q))
     return float(torch.quantile(x, q))
+
+
+# ------------------------------------------------------------------------------------------ CPU threads
+
+#: Work (elements a call touches: pair evaluations for the exact pair sums) below which a CPU call runs on one
+#: thread. Such a call takes well under a second on one core, so a second thread could save little, while on a
+#: loaded machine every parallel region waits for a descheduled thread: 5,000 rows took 18.6 s with two threads
+#: and 0.14 s with one on a busy 2-core machine (benchmarks/bench_kde_load.py, RESULTS.md).
+PARALLEL_MIN_WORK = 1 << 25
+
+
+def _free_cores(cores: int) -> float:
+    """Cores the other processes leave free: the core count minus the 1-minute load average, plus one for
+    this process's own running thread (which the load counts). The core count when the load is unknown."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return float(cores)
+    return cores - load + 1.0
+
+
+def cpu_threads(work: float, *, default: int | None = None) -> int:
+    """Threads a CPU call touching ``work`` elements should use: one below :data:`PARALLEL_MIN_WORK`;
+    otherwise PyTorch's setting, capped by the cores other processes leave free (so that a loaded machine
+    degrades gracefully instead of stalling every parallel region on a descheduled thread).
+
+    ``DENSITAS_THREADS`` overrides: an int ≥ 1 fixes the count, ``"torch"`` keeps PyTorch's own setting.
+
+    Examples
+    --------
+    >>> cpu_threads(1000)
+    1
+    """
+    default = torch.get_num_threads() if default is None else default
+    env = os.environ.get("DENSITAS_THREADS", "auto").strip().lower() or "auto"
+    if env == "torch":
+        return default
+    if env != "auto":
+        if not env.isdigit() or int(env) < 1:
+            raise InputError(f"DENSITAS_THREADS must be 'auto', 'torch' or an int ≥ 1. Got {env!r} instead.")
+        return int(env)
+    if work < PARALLEL_MIN_WORK:
+        return 1
+    cores = os.cpu_count() or 1
+    return max(1, min(default, math.floor(_free_cores(cores))))
+
+
+@contextlib.contextmanager
+def thread_policy(device: torch.device | str, work: float) -> Iterator[int]:
+    """Run the block with :func:`cpu_threads` PyTorch threads when ``device`` is the CPU, restoring the
+    previous count afterwards (``torch.set_num_threads`` is process-wide: calls from several Python threads
+    at once share it). Yields the thread count in force.
+
+    Examples
+    --------
+    >>> with thread_policy("cpu", 10) as threads:
+    ...     threads == torch.get_num_threads() == 1
+    True
+    """
+    before = torch.get_num_threads()
+    if torch.device(device).type != "cpu":
+        yield before
+        return
+    threads = cpu_threads(work, default=before)
+    if threads == before:
+        yield before
+        return
+    torch.set_num_threads(threads)
+    try:
+        yield threads
+    finally:
+        torch.set_num_threads(before)

@@ -102,7 +102,9 @@ class Selector:
 
     ``univariate``: 1-D data only (a single column also works: its H is ``[[h²]]``). ``engines``: the
     ``engine`` values it accepts (``reason`` says why the others are refused). ``binned_univariate``: its binned
-    engine handles 1-D data only.
+    engine handles 1-D data only. ``pairwise``: its exact engine sums over pairs of rows, O(n²) (the CPU thread
+    policy counts its work so); ``auto_exact``: ``engine="auto"`` always means exact (otherwise the device
+    policy's row cutoff decides).
     """
 
     name: str
@@ -114,6 +116,13 @@ class Selector:
     reason: str = ""
     binned_univariate: bool = False
     complexity: str = ""
+    pairwise: bool = False
+    auto_exact: bool = False
+
+    def work(self, rows: int, d: int, exact: bool) -> float:
+        """Elements one selection touches, for the CPU thread policy: ``rows² d / 2`` for exact pair sums (per
+        pass), ``rows · d`` otherwise."""
+        return rows * rows * d / 2.0 if (self.pairwise and exact) else float(rows * d)
 
     def validate(self, options: Mapping[str, Any], engine: str) -> dict[str, Any]:
         """Options with defaults filled in and values normalised; raises :class:`OptionError` for an unknown

@@ -21,7 +21,7 @@ import torch
 
 from densitas._backend.arrays import as_tensor, check_choice
 from densitas._backend.device import DeviceLike
-from densitas._backend.policy import device_policy, quantile
+from densitas._backend.policy import device_policy, quantile, thread_policy
 from densitas.exceptions import DensitasError, InputError
 from densitas.kde import binned as _binned
 from densitas.kde import pairhist as _pairhist
@@ -29,7 +29,8 @@ from densitas.kde.kernels import SQRT_2PI, gaussian_derivative_at_zero, hermite_
 from densitas.kde.pairsum import gauss_grad_sums, gauss_sums, hermite_cutoff, hermite_sum
 from densitas.kde.registry import Option, Selector, SelectorRegistry, choice, int_at_least
 
-__all__ = ["ENGINES", "METHODS", "SELECTORS", "bandwidth", "lscv_objective", "plugin_functional"]
+__all__ = ["ENGINES", "METHODS", "SELECTORS", "DegenerateBandwidthWarning", "bandwidth", "lscv_objective",
+           "plugin_functional"]
 
 log = logging.getLogger("densitas")
 
@@ -37,6 +38,10 @@ ENGINES = ("auto", "exact", "binned")
 LSCV_GRID = 32  # coarse grid over [h0/4, 4 h0] (the papers used 100-200 points; the zoom below refines)
 LSCV_ZOOM = 16  # points per refinement pass
 LSCV_RTOL = 1e-4
+# Floor of LSCV(H)'s search in whitened units (M's diagonal ≥ 1e-8: every bandwidth ≥ 1e-8 of the data's spread
+# along it). Only tied data reach it (LSCV then falls without bound; a DegenerateBandwidthWarning says so);
+# below it M⁻¹ would overflow.
+LOG_DIAG_MIN = math.log(1e-8)
 
 
 # ------------------------------------------------------------------------------------------ input
@@ -138,6 +143,124 @@ def prepare(x: Any, weights: Any = None, *, device: DeviceLike = "auto", name: s
 
 class SingularCovarianceError(InputError):
     """The sample covariance is singular (collinear columns, or fewer rows than columns)."""
+
+
+class DegenerateBandwidthWarning(RuntimeWarning):
+    """The selected bandwidth is an end of the search range, not a minimum of the criterion: LSCV is unbounded
+    below as H → 0 when the data hold enough tied values (discrete columns, duplicated rows). The message names
+    the columns and what to use instead.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> x = np.repeat(np.arange(5.0), 20)  # five distinct values, each twenty times
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     _ = bandwidth(x, "lscv_h", device="cpu")
+    >>> any(issubclass(w.category, DegenerateBandwidthWarning) for w in caught)
+    True
+    """
+
+
+# ------------------------------------------------------------------------------------------ scaling
+
+SAFE_EXPONENT = 32  # data whose spread lies within 2^±32 are used as they are (sd⁹ of the plug-in stays normal)
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """Per-column powers of two the data are divided by before selection (exact in binary floating point), so
+    that data near the ends of the float64 range (1e±300) select the same bandwidth, scaled, as data near 1."""
+
+    factors: np.ndarray  # (d,), powers of two; all ones when no column needs scaling
+
+    @property
+    def identity(self) -> bool:
+        return bool(np.all(self.factors == 1.0))
+
+    @classmethod
+    def of(cls, s: Sample) -> Scaling:
+        """Factors from each column's span (its maximum − minimum; the largest magnitude if that overflows)."""
+        lo, hi = torch.aminmax(s.x2, dim=0)
+        lo_n, hi_n = lo.cpu().numpy(), hi.cpu().numpy()
+        with np.errstate(over="ignore"):
+            span = hi_n - lo_n
+        span = np.where(np.isfinite(span), span, np.maximum(np.abs(lo_n), np.abs(hi_n)))
+        _, exponent = np.frexp(np.where(span > 0, span, 1.0))  # span = m · 2^e, m in [0.5, 1)
+        outside = np.abs(exponent) > SAFE_EXPONENT
+        return cls(np.where(outside, np.ldexp(1.0, exponent), 1.0))
+
+    def apply(self, s: Sample) -> Sample:
+        if self.identity:
+            return s
+        f = torch.from_numpy(self.factors).to(s.x)
+        return Sample(s.x / (f[0] if s.one_d else f), s.w, s.names, s.one_d)
+
+    def undo(self, s: Sample, h: float | np.ndarray) -> float | np.ndarray:
+        """The bandwidth in the data's units: ``h·f`` (1-D) or ``D H D``, ``D = diag(f)``; refuses a matrix that
+        float64 cannot hold."""
+        if self.identity:
+            return h
+        if np.ndim(h) == 0:
+            return float(h) * float(self.factors[0])
+        with np.errstate(over="ignore", under="ignore"):
+            out = np.asarray(h) * self.factors[:, None] * self.factors[None, :]
+        diag = np.diagonal(out)
+        bad = [s.names[j] for j in range(len(diag)) if not (np.isfinite(diag[j]) and diag[j] > 0)]
+        if bad:
+            raise InputError(f"The bandwidth matrix of column(s) {bad} is not representable in float64: its "
+                             f"entries scale with the square of the data (factors {list(self.factors)}). Rescale "
+                             "those columns (e.g. divide by a power of ten) and scale H back.")
+        return out
+
+
+# ------------------------------------------------------------------------------------------ ties
+
+
+@dataclass(frozen=True)
+class TieReport:
+    """Whether LSCV is unbounded below as H → 0 for a sample, from its exactly tied pairs.
+
+    As H → 0 only pairs at distance 0 keep contributing, and LSCV(H) → |H|^(−1/2) (4π)^(−d/2) · c with
+    ``c = (Σw² + 2T)/n² − 2^(d/2+1) (Σw(w−1) + 2T)/(n(n−1))``, ``T = Σ_{i<j, xᵢ=xⱼ} wᵢwⱼ``. When ``c < 0`` the
+    criterion has no minimum: it decreases without bound towards H = 0.
+    """
+
+    tied_pairs: float
+    coefficient: float
+
+    @property
+    def degenerate(self) -> bool:
+        return self.coefficient < 0.0
+
+    @classmethod
+    def of(cls, x: torch.Tensor, w: torch.Tensor | None, n: float, sum_w2: float) -> TieReport:
+        """``x``: (n, d) rows (a column is (n, 1))."""
+        d = x.shape[1]
+        _, inverse = torch.unique(x, dim=0, return_inverse=True)
+        wt = torch.ones(x.shape[0], dtype=torch.float64, device=x.device) if w is None else w
+        groups = int(inverse.max()) + 1
+        total = torch.zeros(groups, dtype=torch.float64, device=x.device).index_add_(0, inverse, wt)
+        squares = torch.zeros(groups, dtype=torch.float64, device=x.device).index_add_(0, inverse, wt * wt)
+        tied = float(((total * total - squares) / 2.0).sum())
+        coef = (sum_w2 + 2.0 * tied) / (n * n) - 2.0 ** (d / 2 + 1) * (sum_w2 - n + 2.0 * tied) / (n * (n - 1.0))
+        return cls(tied, coef)
+
+
+def _tied_columns(s: Sample) -> list[str]:
+    """Columns along which LSCV is unbounded below as the bandwidth goes to 0 (named in a warning), or []."""
+    cols = [s.names[j] for j in range(s.d) if TieReport.of(s.x2[:, j:j + 1], s.w, s.n, s.sum_w2).degenerate]
+    if not cols and s.d > 1 and TieReport.of(s.x2, s.w, s.n, s.sum_w2).degenerate:
+        cols = list(s.names)  # duplicated rows, though no column alone is degenerate
+    return cols
+
+
+def _degenerate_lscv_message(s: Sample, cols: list[str]) -> str:
+    rules = "'scott', 'silverman', 'plugin' or 'isj'" if s.one_d else "'scott' or 'silverman'"
+    return (f"LSCV has no interior minimum for these data: column(s) {cols} hold many tied values (discrete or "
+            "rounded data, or duplicated rows), and LSCV decreases without bound as the bandwidth along them goes "
+            "to 0, so the selected bandwidth collapses there instead of smoothing. Use "
+            f"method={rules}, or add jitter of the rounding unit first (integer counts: x + uniform(−0.5, 0.5)).")
 
 
 def _check_scale(s: Sample, full: bool = True) -> torch.Tensor:
@@ -320,7 +443,7 @@ def _isj(s: Sample, grid_size: int) -> float:
             t_star = optimize.minimize_scalar(lambda t: abs(fixed_point(t)), bounds=(0.0, 0.1),
                                               method="bounded").x
             warnings.warn("ISJ: the fixed-point equation has no root in (0, 0.1]; using the point nearest to one. "
-                          "The data may be too few or too discrete for ISJ.", RuntimeWarning, stacklevel=4)
+                          "The data may be too few or too discrete for ISJ.", RuntimeWarning, stacklevel=5)
             break
         tol = min(tol * 2.0, 0.1)
     return math.sqrt(t_star) * grid_range
@@ -414,8 +537,8 @@ class _LscvScalar:
         k = int(np.nanargmin(vals))
         if k in (0, len(hs) - 1):
             warnings.warn(f"LSCV has no interior minimum in [{hs[0]:.3g}, {hs[-1]:.3g}]·√S (duplicated rows or "
-                          "discrete data drive it to h → 0); returning the end of the search range.",
-                          RuntimeWarning, stacklevel=4)
+                          "discrete data drive it to h → 0); returning the end of the search range. Columns: "
+                          f"{self.s.names}.", DegenerateBandwidthWarning, stacklevel=6)
             return float(hs[k]), float(vals[k])
         best_h, best_v = float(hs[k]), float(vals[k])
         lo, hi = float(hs[k - 1]), float(hs[k + 1])
@@ -448,7 +571,7 @@ class _LscvMatrix:
     def unpack(self, theta: np.ndarray) -> np.ndarray:
         m = np.zeros((self.d, self.d))
         m[self.tril] = theta
-        m[np.diag_indices(self.d)] = np.exp(np.diag(m))
+        m[np.diag_indices(self.d)] = np.exp(np.maximum(np.diag(m), LOG_DIAG_MIN))
         return m
 
     def pack(self, m: np.ndarray) -> np.ndarray:
@@ -479,7 +602,8 @@ class _LscvMatrix:
             - 2.0 * c1 * (-0.5 * sww1 * eye + (a2 - s2 * eye)) / (n * (n - 1.0))
         minv_t = np.linalg.inv(m).T
         g_m = 2.0 * minv_t @ b  # dF/dM = 2 M⁻ᵀ B for F(M Mᵀ)
-        g_m[np.diag_indices(d)] *= np.diag(m)  # chain rule through the log-diagonal
+        # Chain rule through the log-diagonal; flat (zero) below its floor, where unpack clamps it.
+        g_m[np.diag_indices(d)] *= np.diag(m) * (theta[self.diag_pos] > LOG_DIAG_MIN)
         return val, g_m[self.tril]
 
     def minimise(self, start: np.ndarray, optimizer: str, maxiter: int) -> tuple[np.ndarray, float]:
@@ -514,7 +638,15 @@ def _to_data_units(s: Sample, h_tilde: np.ndarray, chol: torch.Tensor) -> np.nda
 def _lscv(s: Sample, engine: str, full: bool, options: dict[str, Any]) -> float | np.ndarray:
     eng = "exact" if engine == "auto" else engine
     scalar = _LscvScalar(s, eng)
-    h, _ = scalar.minimise()
+    # One tied column suffices: along it LSCV(H) behaves as the column's own 1-D LSCV (times a positive factor
+    # when the other directions are smoothed widely), which falls without bound as its bandwidth goes to 0.
+    tied = _tied_columns(s)
+    if tied:
+        warnings.warn(_degenerate_lscv_message(s, tied), DegenerateBandwidthWarning, stacklevel=5)
+    with warnings.catch_warnings():
+        if tied:  # said once, above, with the columns named
+            warnings.simplefilter("ignore", DegenerateBandwidthWarning)
+        h, _ = scalar.minimise()
     if not full:
         return _finish(s, _to_data_units(s, np.eye(s.d) * h * h, scalar.chol))
     optimizer = options["optimizer"]
@@ -583,7 +715,7 @@ SELECTORS.register(Selector(
     "plugin", _plugin_selector,
     "1-D two-stage direct plug-in (Sheather & Jones 1991 / Wand & Jones 1995 §3.6; digest steps 1–7; "
     "KernSmooth ``dpik``): two functionals Ψ̂₆(g₁), Ψ̂₄(g₂).",
-    univariate=True, complexity="exact O(n²) (pruned), binned O(n + M log M)"))
+    univariate=True, pairwise=True, complexity="exact O(n²) (pruned), binned O(n + M log M)"))
 SELECTORS.register(Selector(
     "lscv_h", _lscv_h_selector,
     "``H = h²S``, h minimising LSCV(h²S) (documents 000/003): a 32-point geometric grid over ``[h₀/4, 4h₀]``, "
@@ -591,7 +723,7 @@ SELECTORS.register(Selector(
     "h (on the CPU from one pair-distance histogram when its error bound allows). All values of a pass share "
     "one O(n²) sweep; the pair distances are never stored. Warns when the minimum runs to h → 0 (tied or "
     "discrete data).",
-    binned_univariate=True, complexity="O(n² d) per pass"))
+    binned_univariate=True, pairwise=True, auto_exact=True, complexity="O(n² d) per pass"))
 SELECTORS.register(Selector(
     "lscv_H", _lscv_H_selector,
     "a full symmetric positive-definite H minimising LSCV(H) (document 003), parameterised as "
@@ -603,7 +735,7 @@ SELECTORS.register(Selector(
              Option("start", "auto", choice("auto", "normal"), "the starting H."),
              Option("maxiter", None, int_at_least(1, none_ok=True),
                     "iteration limit (200 for BFGS, 4000 for Nelder–Mead).")),
-    binned_univariate=True, complexity="O(n² d²) per iteration"))
+    binned_univariate=True, pairwise=True, auto_exact=True, complexity="O(n² d²) per iteration"))
 SELECTORS.register(Selector(
     "isj", _isj_selector,
     "improved Sheather–Jones (Botev et al. 2010), on a grid of ``grid_size`` points, scale-equivariant.",
@@ -664,9 +796,17 @@ def bandwidth(x: Any, method: str = "plugin", *, engine: str = "auto", weights: 
     opts = selector.validate(options, engine)
     s = prepare(x, weights, device=device)
     selector.check_dimensions(s.d, engine, SELECTORS.multivariate)
-    if selector.univariate and not s.one_d:  # one column given as (n, 1): H = [[h²]]
-        return np.array([[selector.fn(_as_1d(s), engine, opts) ** 2]])
-    return selector.fn(s, engine, opts)
+    exact = engine == "exact" or (engine == "auto" and (selector.auto_exact or _engine_for(s, engine) == "exact"))
+    with thread_policy(s.device, selector.work(s.x.shape[0], s.d, exact)):
+        if selector.univariate and not s.one_d:  # one column given as (n, 1): H = [[h²]]
+            return np.array([[_scaled(selector, _as_1d(s), engine, opts) ** 2]])
+        return _scaled(selector, s, engine, opts)
+
+
+def _scaled(selector: Selector, s: Sample, engine: str, opts: dict[str, Any]) -> float | np.ndarray:
+    """Run ``selector`` on the data divided by per-column powers of two (:class:`Scaling`), and scale back."""
+    scaling = Scaling.of(s)
+    return scaling.undo(s, selector.fn(scaling.apply(s), engine, opts))
 
 
 def _docstring_bullets(items: list[tuple[str, str]], indent: int) -> str:
@@ -736,7 +876,8 @@ def lscv_objective(x: Any, H: Any, *, weights: Any = None, device: DeviceLike = 
     hm = check_bandwidth_matrix(H, s.d)
     chol = torch.from_numpy(np.linalg.cholesky(hm)).to(s.x)
     z = _whiten(s, chol)
-    out = gauss_sums(z, s.w, [0.25]).cpu().numpy()
+    with thread_policy(s.device, z.shape[0] ** 2 * s.d / 2.0):
+        out = gauss_sums(z, s.w, [0.25]).cpu().numpy()
     hdet_inv = math.exp(-float(torch.log(torch.diagonal(chol)).sum()))
     return float(_lscv_value(out[0, 0], out[0, 1], hdet_inv, s.n, s.sum_w2, s.sum_w2 - s.n, s.d))
 
@@ -759,5 +900,8 @@ def plugin_functional(x: Any, r: int, g: float, *, engine: str = "exact", weight
     g = _check_positive("g", g)
     engine = check_choice("engine", engine, ENGINES, "bandwidth")
     s = _as_1d(prepare(x, weights, device=device))
-    return _Functional(s, _engine_for(s, engine), g)(int(r), g)
+    engine = _engine_for(s, engine)
+    rows = s.x.shape[0]
+    with thread_policy(s.device, rows * rows / 2.0 if engine == "exact" else rows):
+        return _Functional(s, engine, g)(int(r), g)
 
