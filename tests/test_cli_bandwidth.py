@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from densitas.cli.bandwidth import run
 from densitas.cli.main import app
+from densitas.exceptions import InputError
 from densitas.kde import bandwidth
 
 
@@ -73,3 +74,35 @@ def test_cli_duckdb_needs_a_table_when_there_are_several(files):
     assert res.exit_code == 2 and "--table" in res.output
     res = CliRunner().invoke(app, ["bandwidth", str(db) + ".missing", "--column", "price"])
     assert res.exit_code == 2 and "does not exist" in res.output
+
+
+def test_cli_errors_and_warnings_name_the_users_columns(tmp_path, rng):
+    from densitas.kde.selectors import DegenerateBandwidthWarning
+
+    csv = tmp_path / "shop.csv"
+    pd.DataFrame({"price": rng.poisson(64, 300), "qty": rng.poisson(5, 300), "flag": np.ones(300)}).to_csv(
+        csv, index=False)
+    res = CliRunner().invoke(app, ["bandwidth", str(csv), "-c", "qty", "-c", "flag", "-m", "scott"])
+    assert res.exit_code == 2 and "'flag'" in res.output and "column 1" not in res.output
+    with pytest.warns(DegenerateBandwidthWarning) as caught:
+        run(str(csv), ["price", "qty"], "lscv_h", "auto", "cpu", None, None)
+    assert "'price'" in str(caught[0].message) and "'qty'" in str(caught[0].message)
+
+
+@pytest.mark.parametrize("columns,plot", [(["price", "qty"], "density.png"), (["price"], "no/such/dir/d.png"),
+                                          (["price", "qty"], None)])
+def test_cli_validates_everything_before_reading_or_computing(files, monkeypatch, tmp_path, columns, plot):
+    import densitas.cli.bandwidth as cli_bw
+    import densitas.kde
+
+    _, csv, _, _ = files
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("work started before the request was validated")
+
+    monkeypatch.setattr(cli_bw, "load_columns", no_work)
+    monkeypatch.setattr(densitas.kde, "bandwidth", no_work)
+    monkeypatch.chdir(tmp_path)
+    method = "plugin" if plot is None else "lscv_H"  # plugin is univariate: two columns are refused up front
+    with pytest.raises(InputError):
+        run(str(csv), columns, method, "auto", "cpu", None, plot)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -9,16 +11,22 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 from rich.table import Table
+from sqlglot import exp
 
 from densitas.exceptions import InputError
 
-__all__ = ["load_columns", "run"]
+__all__ = ["check_request", "load_columns", "run"]
 
 DUCKDB_SUFFIXES = (".duckdb", ".db", ".ddb")
 
 
-def _quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
+def _select(columns: list[str] | None, source: exp.Expression) -> str:
+    cols = [exp.column(c, quoted=True) for c in columns] if columns else ["*"]
+    return exp.select(*cols).from_(source).sql("duckdb")
+
+
+def _file_source(function: str, p: Path) -> exp.Table:
+    return exp.Table(this=exp.func(function, exp.Literal.string(str(p))))
 
 
 def load_columns(path: str | Path, columns: list[str], table: str | None = None) -> Any:
@@ -40,23 +48,22 @@ def load_columns(path: str | Path, columns: list[str], table: str | None = None)
         elif table not in tables:
             con.close()
             raise InputError(f"--table {table!r} is not in {p.name}; it holds {tables}.")
-        source = _quote(table)
+        source = exp.Table(this=exp.to_identifier(table, quoted=True))
     elif suffix in (".csv", ".tsv", ".txt", ".gz"):
         con = duckdb.connect()
-        source = f"read_csv_auto({_sql_str(p)})"
+        source = _file_source("read_csv_auto", p)
     elif suffix in (".parquet", ".pq"):
         con = duckdb.connect()
-        source = f"read_parquet({_sql_str(p)})"
+        source = _file_source("read_parquet", p)
     else:
         raise InputError(f"FILE {p.name!r}: unknown format {suffix!r}; use .csv, .parquet or a DuckDB file "
                          f"({', '.join(DUCKDB_SUFFIXES)}).")
     try:
-        available = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()]
+        available = [r[0] for r in con.execute("DESCRIBE " + _select(None, source)).fetchall()]
         missing = [c for c in columns if c not in available]
         if missing:
             raise InputError(f"--column {missing[0]!r} is not in {p.name}; its columns are {available}.")
-        sel = ", ".join(_quote(c) for c in columns)
-        df = con.execute(f"SELECT {sel} FROM {source}").df()
+        df = con.execute(_select(columns, source)).df()
     finally:
         con.close()
     for c in columns:
@@ -68,8 +75,38 @@ def load_columns(path: str | Path, columns: list[str], table: str | None = None)
     return df
 
 
-def _sql_str(p: Path) -> str:
-    return "'" + str(p).replace("'", "''") + "'"
+def check_request(columns: list[str], method: str, engine: str, plot: str | None) -> None:
+    """Validate everything that can be checked without the data, before any is read or computed: the method,
+    the engine for that method, and that a requested plot can be drawn and written.
+
+    Examples
+    --------
+    >>> check_request(["price", "qty"], "lscv_H", "auto", None)
+    >>> try:
+    ...     check_request(["price", "qty"], "lscv_H", "auto", "density.png")
+    ... except InputError:
+    ...     print("refused before any work")
+    refused before any work
+    """
+    from densitas._backend.arrays import check_choice
+    from densitas.kde.selectors import ENGINES, METHODS, SELECTORS
+
+    method = check_choice("method", method, METHODS, "bandwidth")
+    SELECTORS[method].validate({}, check_choice("engine", engine, ENGINES, "bandwidth"))
+    if len(set(columns)) != len(columns):
+        raise InputError(f"--column names a column twice: {columns}.")
+    if SELECTORS[method].univariate and len(columns) != 1:
+        SELECTORS[method].check_dimensions(len(columns), engine, SELECTORS.multivariate)
+    if plot is None:
+        return
+    if len(columns) != 1:
+        raise InputError(f"--plot draws the density of one column; {len(columns)} were given ({columns}). Give a "
+                         "single --column.")
+    if importlib.util.find_spec("matplotlib") is None:
+        raise InputError("--plot needs matplotlib: pip install 'densitas[plot]'.")
+    folder = Path(plot).resolve().parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise InputError(f"--plot {plot!r}: the folder {str(folder)!r} does not exist or is not writable.")
 
 
 def run(path: str, columns: list[str], method: str, engine: str, device: str, table: str | None,
@@ -77,12 +114,14 @@ def run(path: str, columns: list[str], method: str, engine: str, device: str, ta
     from densitas._backend.device import resolve_device
     from densitas.kde import bandwidth
 
+    check_request(columns, method, engine, plot)
+    dev = resolve_device(device)
     console = console or Console(width=120)
     df = load_columns(path, columns, table)
-    x = df[columns[0]].to_numpy(dtype=np.float64) if len(columns) == 1 else df[columns].to_numpy(np.float64)
-    dev = resolve_device(device)
+    data = df[columns[0]] if len(columns) == 1 else df[columns]  # named: errors and warnings name the columns
+    x = data.to_numpy(dtype=np.float64)
     t0 = time.perf_counter()
-    h = bandwidth(x, method, engine=engine, device=dev)
+    h = bandwidth(data, method, engine=engine, device=dev)
     if dev.type == "cuda":
         import torch
 
@@ -95,8 +134,6 @@ def run(path: str, columns: list[str], method: str, engine: str, device: str, ta
     table_out.add_row(", ".join(columns), f"{len(x):,}", method, engine, str(dev), bw_text, f"{elapsed * 1e3:.1f} ms")
     console.print(table_out)
     if plot:
-        if np.ndim(h) != 0:
-            raise InputError("--plot draws one column; give a single --column.")
         _plot(x, float(h), plot, columns[0], method)
         console.print(f"density plot written to {plot}")
     return {"bandwidth": h, "seconds": elapsed, "device": str(dev), "rows": len(x)}
