@@ -115,7 +115,7 @@ def gpu_cluster(gpus: list[int], small: bool):
     import distributed
 
     if small:
-        with distributed.LocalCluster(n_workers=len(gpus), threads_per_worker=1, processes=True,
+        with distributed.LocalCluster(n_workers=len(gpus), threads_per_worker=1, processes=True, memory_limit=0,
                                       dashboard_address=None, silence_logs=40) as cluster:
             yield cluster, "LocalCluster (CPU)"
         return
@@ -125,14 +125,15 @@ def gpu_cluster(gpus: list[int], small: bool):
     except ImportError:
         LocalCUDACluster = None
     if LocalCUDACluster is not None:
-        with LocalCUDACluster(CUDA_VISIBLE_DEVICES=visible, threads_per_worker=1, dashboard_address=None,
-                              silence_logs=40) as cluster:
+        with LocalCUDACluster(CUDA_VISIBLE_DEVICES=visible, threads_per_worker=1, memory_limit=0,
+                              dashboard_address=None, silence_logs=40) as cluster:
             yield cluster, "dask_cuda.LocalCUDACluster"
         return
     from distributed import Nanny, Scheduler, SpecCluster
 
+    # the blocks are CUDA tensors: no host memory limit (no spilling of device data to host or disk)
     workers = {f"gpu{g}": {"cls": Nanny, "options": {"nthreads": 1, "env": {"CUDA_VISIBLE_DEVICES": str(g)},
-                                                      "silence_logs": 40}} for g in gpus}
+                                                      "memory_limit": 0, "silence_logs": 40}} for g in gpus}
     scheduler = {"cls": Scheduler, "options": {"dashboard_address": None}}
     with SpecCluster(workers=workers, scheduler=scheduler, silence_logs=40) as cluster:
         yield cluster, "distributed.SpecCluster of Nannies with CUDA_VISIBLE_DEVICES"
