@@ -66,10 +66,12 @@ class Engine:
 
     Parameters
     ----------
-    database : str, pathlib.Path, duckdb.DuckDBPyConnection or Connector
-        A DuckDB file (created if missing), an open DuckDB connection, or any :class:`Connector`.
+    database : str, pathlib.Path, duckdb.DuckDBPyConnection, psycopg.Connection or Connector
+        A DuckDB file (created if missing), an open DuckDB connection, a PostgreSQL URL (``postgresql://...``)
+        or open psycopg 3 connection (:mod:`densitas.aqp.postgres`), or any :class:`Connector`.
     read_only : bool
-        Open a DuckDB file read-only (queries only; ``build`` then fails).
+        Open a DuckDB file read-only, or a PostgreSQL session with read-only transactions (queries only;
+        ``build`` then fails).
     recheck_seconds : float
         A loaded synopsis is checked against its table's full fingerprint when it is loaded and against the
         table's row count at most this often afterwards; ``validate`` re-checks the full fingerprint.
