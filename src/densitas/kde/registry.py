@@ -55,7 +55,7 @@ def choice(*values: str, aliases: Mapping[str, str] | None = None) -> Validator:
         raise OptionError(method, option, f"The {option!r} option of method {method!r} must be {allowed}. Got "
                                           f"{value!r} instead.")
 
-    check.describe = " | ".join(repr(v) for v in values)  # type: ignore[attr-defined]
+    check.describe = ", ".join(repr(v) for v in values)  # type: ignore[attr-defined]
     return check
 
 
