@@ -94,17 +94,18 @@ class PartialPass:
 def _block_data(block: Any, offset: int, plan: PassPlan) -> tuple[Any, torch.device, int]:
     """The block as the single-machine ``TensorData`` on the worker's device; finiteness checked with the
     block's global row numbers."""
-    from densitas.cluster._data import TensorData, _all_finite
+    from densitas.cluster._data import TensorData
 
     dev = resolve_device(plan.device)
     x = block_tensor(block)
     if x.ndim == 1:
         x = x[:, None]
     x = x.to(compute_dtype(x.dtype))
-    if not _all_finite(x):
-        raise InputError(_nonfinite_message(x, offset, "X"))
     budget = plan.budget or default_budget(dev)
-    return TensorData(x, dev, budget // 2), dev, budget
+    try:  # TensorData checks finiteness (one sum); its message numbers the rows within the block
+        return TensorData(x, dev, budget // 2), dev, budget
+    except InputError:
+        raise InputError(_nonfinite_message(x, offset, "X")) from None
 
 
 def _block_pass(block: Any, offset: int, C: np.ndarray, shift: np.ndarray, plan: PassPlan, sums: bool,
