@@ -15,6 +15,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from densitas._backend.device import resolve_device
+from densitas._backend.policy import thread_policy
 from densitas.exceptions import InputError
 from densitas.kde.evaluate import box_mass, log_density, sample_canonical
 from densitas.kde.kernels import get_kernel
@@ -219,11 +220,13 @@ class KernelDensity(BaseEstimator):
         q, as_torch = self._queries(X)
         kernel = get_kernel(self.kernel)
         total = None
-        for a, b in self._mirrors():
-            qm = q * torch.from_numpy(a).to(q) + torch.from_numpy(b).to(q)
-            zq = torch.linalg.solve_triangular(self._chol, qm.T, upper=False).T.contiguous()
-            ld = log_density(zq, self._z, self._logw, kernel, self._log_norm)
-            total = ld if total is None else torch.logaddexp(total, ld)
+        mirrors = list(self._mirrors())
+        with thread_policy(q.device, q.shape[0] * self._z.shape[0] * self._z.shape[1] * len(mirrors)):
+            for a, b in mirrors:
+                qm = q * torch.from_numpy(a).to(q) + torch.from_numpy(b).to(q)
+                zq = torch.linalg.solve_triangular(self._chol, qm.T, upper=False).T.contiguous()
+                ld = log_density(zq, self._z, self._logw, kernel, self._log_norm)
+                total = ld if total is None else torch.logaddexp(total, ld)
         if self.bounds_ is not None:
             bt = torch.from_numpy(self.bounds_).to(q)
             inside = ((q >= bt[:, 0]) & (q <= bt[:, 1])).all(1)
