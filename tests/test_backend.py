@@ -98,11 +98,12 @@ def test_dispatch_imports_no_capability():
     assert not [m for m in loaded if m.startswith(CAPABILITIES)]
 
 
+# Two fresh interpreters cover all four packages: kde pulls in primitives, cluster pulls in neighbors and
+# primitives (each import costs seconds: torch).
 @pytest.mark.parametrize("package,ops", [
-    ("densitas.primitives", {"scan", "histogram", "argsort"}),
     ("densitas.kde", {"kde_hermite_pairsum", "kde_gauss_pairsum", "kde_gauss_pairsum_grad", "histogram"}),
-    ("densitas.neighbors", {"knn_tile_topk"}),
-    ("densitas.cluster", {"cluster_counting_scatter", "knn_tile_topk", "scan", "reduce_by_key"}),
+    ("densitas.cluster", {"cluster_counting_scatter", "cluster_fused_pass", "knn_tile_topk", "scan",
+                          "reduce_by_key", "argsort"}),
 ])
 def test_each_package_registers_what_it_uses(package, ops):
     """Importing a package registers its operations and those it calls from other packages, with both the
