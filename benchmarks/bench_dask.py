@@ -272,8 +272,12 @@ def main() -> None:
     args = ap.parse_args()
     sz = SMALL if args.small else FULL
     sz.knn_blocks = args.knn_blocks or sz.knn_blocks
+    import dask
     import distributed
 
+    from densitas._dask import register_torch_sizeof
+
+    dask.config.set({"distributed.scheduler.work-stealing": False})  # each block's task runs where the block is
     available = 2 if args.small else torch.cuda.device_count()
     counts = args.gpus or [g for g in (1, 2, 4, 8) if g <= max(available, 1)]
     sz.km_blocks = args.km_blocks or sz.km_blocks or max(counts)
@@ -294,6 +298,7 @@ def main() -> None:
     for g in counts:
         with gpu_cluster(list(range(g)), args.small) as (cluster, kind), distributed.Client(cluster) as client:
             client.wait_for_workers(g)
+            client.run(register_torch_sizeof)  # blocks are tensors: their real size keeps tasks where blocks are
             if "knn" not in args.skip:
                 t, idx = knn_dask(client, sz, args.repeats)
                 same = bool(np.array_equal(idx, peer_knn))

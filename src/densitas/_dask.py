@@ -19,7 +19,8 @@ import torch
 from densitas._backend.device import DeviceLike, resolve_device
 from densitas.exceptions import InputError
 
-__all__ = ["RowBlocks", "block_array", "block_tensor", "compute", "is_dask", "row_blocks", "tree_reduce"]
+__all__ = ["RowBlocks", "block_array", "block_tensor", "compute", "is_dask", "register_torch_sizeof", "row_blocks",
+           "tree_reduce"]
 
 #: Partial results combined per task of a tree reduction (kNN merges, summed partial sums).
 FAN_IN = 8
@@ -180,6 +181,25 @@ def tree_reduce(parts: list[Any], combine: Any, *args: Any) -> Any:
     while len(level) > 1:
         level = [fn(level[i:i + FAN_IN], *args) for i in range(0, len(level), FAN_IN)]
     return level[0] if len(level) == 1 else fn(level, *args)
+
+
+def register_torch_sizeof() -> None:
+    """Tell Dask the size of a ``torch.Tensor`` (its bytes, on the host or a GPU): without it a tensor block looks
+    like a few dozen bytes, so the scheduler may move a task (and a GB-sized block) to another worker to balance
+    load. Run it in every worker process (``client.run(register_torch_sizeof)``) when blocks are tensors.
+
+    Examples
+    --------
+    >>> from dask.sizeof import sizeof
+    >>> register_torch_sizeof()
+    >>> sizeof(torch.zeros(1000, dtype=torch.float64))
+    8000
+    """
+    from dask.sizeof import sizeof
+
+    @sizeof.register(torch.Tensor)
+    def _tensor_bytes(t: torch.Tensor) -> int:
+        return int(t.element_size() * t.nelement())
 
 
 def compute(*objs: Any) -> tuple[Any, ...]:

@@ -34,6 +34,9 @@ def gpu_client():
     with distributed.SpecCluster(workers=workers, scheduler=scheduler, silence_logs=50) as cluster, \
             distributed.Client(cluster) as client:
         client.wait_for_workers(len(gpus))
+        from densitas._dask import register_torch_sizeof
+
+        client.run(register_torch_sizeof)
         yield client
 
 
