@@ -280,7 +280,8 @@ class FuzzyKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixi
         ----------
         X : (n_samples, n_features) array-like, DataFrame, torch.Tensor, path or duckdb.DuckDBPyRelation
             A path to a Parquet, CSV or ``.npy`` file, or a DuckDB relation, is read in chunks on every pass
-            (so it may exceed memory); all its columns must be numeric.
+            (so it may exceed memory); all its columns must be numeric. A Dask array or DataFrame is fitted on its
+            cluster, one map-reduce of the partial sums per iteration (:mod:`densitas.cluster.dask`).
         y : ignored
 
         Returns

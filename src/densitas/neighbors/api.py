@@ -281,9 +281,11 @@ def kneighbors(X: Any, Y: Any, k: int, *, metric: str = "euclidean", nominal: An
     ----------
     X : array-like, DataFrame, torch.Tensor, path or duckdb.DuckDBPyRelation
         References, (n, d). A path to a Parquet, CSV or ``.npy`` file, or a DuckDB relation, is read in chunks
-        (once per search pass), so ``X`` may exceed memory.
-    Y : array-like, DataFrame or torch.Tensor
-        Queries, (m, d), with the columns of ``X`` (matched by name when both have names).
+        (once per search pass), so ``X`` may exceed memory. A Dask array or DataFrame is searched on its
+        cluster, block by block, and merged exactly (:func:`densitas.neighbors.dask.kneighbors_dask`).
+    Y : array-like, DataFrame, torch.Tensor or Dask collection
+        Queries, (m, d), with the columns of ``X`` (matched by name when both have names); Dask queries give
+        Dask results.
     k : int
         Neighbours per query, 1 ≤ k ≤ n.
     metric : {"euclidean", "sqeuclidean", "manhattan", "cosine", "mixed_euclidean"}
