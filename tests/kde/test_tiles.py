@@ -67,3 +67,17 @@ def test_plan_tiles_covers_rows_within_budget(monkeypatch, rows, cols, temps, bu
     assert 1 <= plan.cols <= cols
     assert plan.tile_bytes <= max(budget, temps * 8)  # one element of each temporary at least
     assert plan.tile_bytes <= kt.TILE_ELEMS * temps * 8
+
+
+@pytest.mark.parametrize("chain", [False, True])
+def test_gauss_sums_with_exponent_floor_match_brute_force(rng, chain):
+    """Far pairs (exp(−aY) below the floor) add at most 1e-152 each; pairs outside the upper triangle nothing."""
+    from densitas.kde.pairsum import gauss_sums
+
+    z = rng.normal(size=(300, 2)) * 3.0
+    a = np.linspace(1e-3, 50.0, 6) if chain else np.array([1e-3, 0.7, 50.0, 1e6])
+    y = ((z[:, None, :] - z[None, :, :]) ** 2).sum(-1)[np.triu_indices(300, 1)]
+    want = np.array([[np.exp(-ak * y).sum(), np.exp(-2 * ak * y).sum()] for ak in a])
+    with use_backend("torch"):
+        got = gauss_sums(torch.from_numpy(z), None, a, chain=chain).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=300**2 * 1e-152)

@@ -20,6 +20,12 @@ from densitas._backend.dispatch import register
 # tile stay in cache (2.3x faster than 16 MiB tiles on the 2-core CI machine). A smaller memory budget wins.
 TILE_ELEMS = 1 << 18
 FLOAT64 = 8
+# Floors of exponents. PyTorch's CPU exp leaves its vectorised fast path for arguments below about −708 (and for
+# −∞): 10–50× slower per element, which made searches that reach small h (tied data, the lower-end extension of
+# LSCV_h) crawl. exp(−700) ≈ 1e-304 and exp(−350) ≈ 1e-152 (whose square, e² in the LSCV sums, stays a normal
+# number) change a sum by at most that much per pair: far below float64 rounding of every term they meet.
+HERMITE_EXP_FLOOR = -700.0
+GAUSS_EXP_FLOOR = -350.0
 
 
 @dataclass(frozen=True)
@@ -96,7 +102,7 @@ def hermite_pairsum(x: torch.Tensor, w: torch.Tensor | None, scale: float, coefs
         p = torch.full_like(s, coefs[-1])
         for c in reversed(coefs[:-1]):
             p.mul_(s).add_(c)
-        p.mul_(s.mul_(-0.5).exp_())
+        p.mul_(s.mul_(-0.5).clamp_min_(HERMITE_EXP_FLOOR).exp_())
         mask = _upper_mask(i0, i1, j0, j1, x.device)
         if mask is not None:
             p.masked_fill_(~mask, 0.0)
@@ -130,13 +136,18 @@ def gauss_pairsum(z: torch.Tensor, w: torch.Tensor | None, a: torch.Tensor, chai
     plan = plan_tiles(n - 1, min(n, 2048), 5, z.device)  # Y, the ratio, e, e², the mask
     for i0, i1, j0, j1 in _tiles(n, None, plan):
         y = _sqdist(zd[i0:i1], zd[j0:j1], norms[i0:i1], norms[j0:j1])
-        mask = _upper_mask(i0, i1, j0, j1, z.device)
-        if mask is not None:
-            y.masked_fill_(~mask, torch.inf)  # exp(−a·∞) = 0 for every a > 0
-        ratio = torch.exp(y * (alist[0] - alist[1])) if chain else None  # exp(−a_{k+1}Y) = exp(−a_k Y)·exp(−ΔY)
+        outside = _upper_mask(i0, i1, j0, j1, z.device)
+        outside = None if outside is None else ~outside
+        # exp(−a_{k+1}Y) = exp(−a_k Y)·exp(−ΔY)
+        ratio = torch.exp((y * (alist[0] - alist[1])).clamp_min_(GAUSS_EXP_FLOOR)) if chain else None
         e = None
         for k, ak in enumerate(alist):
-            e = e.mul_(ratio) if (chain and e is not None) else torch.exp(y * (-ak))
+            if chain and e is not None:
+                e.mul_(ratio)  # pairs outside the triangle stay 0
+            else:
+                e = torch.exp((y * (-ak)).clamp_min_(GAUSS_EXP_FLOOR))
+                if outside is not None:
+                    e.masked_fill_(outside, 0.0)
             if wd is not None:
                 out[k, 0] += wd[i0:i1] @ (e @ wd[j0:j1])
                 out[k, 1] += wd[i0:i1] @ ((e * e) @ wd[j0:j1])
