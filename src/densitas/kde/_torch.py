@@ -177,7 +177,7 @@ def gauss_pairsum_grad(z: torch.Tensor, w: torch.Tensor | None) -> tuple[torch.T
     plan = plan_tiles(n - 1, min(n, 2048), 5, z.device)  # Y, e, e², exp(Y/4) (weighted), the mask
     for i0, i1, j0, j1 in _tiles(n, None, plan):
         y = _sqdist(zd[i0:i1], zd[j0:j1], norms[i0:i1], norms[j0:j1])
-        e1 = torch.exp(y.mul_(-0.25))
+        e1 = torch.exp(y.mul_(-0.25).clamp_min_(GAUSS_EXP_FLOOR))
         mask = _upper_mask(i0, i1, j0, j1, z.device)
         if mask is not None:
             e1.masked_fill_(~mask, 0.0)
