@@ -121,7 +121,16 @@ def use_backend(name: str) -> Iterator[None]:
 class UnknownOperationError(InputError):
     """An operation name that no imported package has registered (or registered without its PyTorch
     reference). The dispatch layer imports no capability: the package that provides an operation registers it
-    when it is imported, and a capability that calls another package's operation imports that package."""
+    when it is imported, and a capability that calls another package's operation imports that package.
+
+    Examples
+    --------
+    >>> try:
+    ...     select("teleport", torch.device("cpu"))
+    ... except UnknownOperationError:
+    ...     print("not registered")
+    not registered
+    """
 
 
 def registered_operations() -> tuple[str, ...]:

@@ -1,7 +1,8 @@
 """Kernel density estimation and bandwidth selection (documents 000 and 003).
 
-* :func:`bandwidth` — scott, silverman, plugin, lscv_h, lscv_H, isj; exact (O(n²) tiled pair sums, Triton on
-  CUDA) or binned (linear binning + FFT) engines.
+* :func:`bandwidth` — scott, silverman, plugin, lscv_h, lscv_H, isj (the registry :data:`SELECTORS`: name →
+  function, options, data and engines); exact (O(n²) tiled pair sums, Triton on CUDA) or binned (linear
+  binning + FFT) engines.
 * :func:`lscv_objective`, :func:`plugin_functional` — the criteria themselves.
 * :class:`KernelDensity` — a scikit-learn estimator.
 """
@@ -15,6 +16,16 @@ from densitas.kde import (
 )
 from densitas.kde.estimator import KernelDensity
 from densitas.kde.kernels import KERNELS
-from densitas.kde.selectors import ENGINES, METHODS, bandwidth, lscv_objective, plugin_functional
+from densitas.kde.registry import OptionError
+from densitas.kde.selectors import (
+    ENGINES,
+    METHODS,
+    SELECTORS,
+    DegenerateBandwidthWarning,
+    bandwidth,
+    lscv_objective,
+    plugin_functional,
+)
 
-__all__ = ["ENGINES", "KERNELS", "METHODS", "KernelDensity", "bandwidth", "lscv_objective", "plugin_functional"]
+__all__ = ["ENGINES", "KERNELS", "METHODS", "SELECTORS", "DegenerateBandwidthWarning", "KernelDensity", "OptionError",
+           "bandwidth", "lscv_objective", "plugin_functional"]

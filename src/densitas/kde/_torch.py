@@ -34,6 +34,11 @@ class TilePlan:
 
     ``temporaries`` float64 arrays of one tile's shape are alive at once, so one tile's working set is
     ``len(rows) · cols · temporaries · 8`` bytes, at most ``budget``.
+
+    Examples
+    --------
+    >>> TilePlan([slice(0, 4), slice(4, 6)], cols=8, temporaries=2, budget=512).tile_bytes
+    512
     """
 
     rows: list[slice]

@@ -82,7 +82,13 @@ def int_at_least(minimum: int, *, none_ok: bool = False) -> Validator:
 
 @dataclass(frozen=True)
 class Option:
-    """One option of a selector: its name, default, validator and a one-line description."""
+    """One option of a selector: its name, default, validator and a one-line description.
+
+    Examples
+    --------
+    >>> Option("grid_size", 1024, int_at_least(64), "grid points.").describe()
+    '``grid_size`` (int ≥ 64; default 1024): grid points.'
+    """
 
     name: str
     default: Any
@@ -105,6 +111,12 @@ class Selector:
     engine handles 1-D data only. ``pairwise``: its exact engine sums over pairs of rows, O(n²) (the CPU thread
     policy counts its work so); ``auto_exact``: ``engine="auto"`` always means exact (otherwise the device
     policy's row cutoff decides).
+
+    Examples
+    --------
+    >>> from densitas.kde.selectors import SELECTORS
+    >>> SELECTORS["isj"].univariate, SELECTORS["isj"].engines
+    (True, ('auto', 'binned'))
     """
 
     name: str

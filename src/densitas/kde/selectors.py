@@ -170,7 +170,14 @@ SAFE_EXPONENT = 32  # data whose spread lies within 2^±32 are used as they are 
 @dataclass(frozen=True)
 class Scaling:
     """Per-column powers of two the data are divided by before selection (exact in binary floating point), so
-    that data near the ends of the float64 range (1e±300) select the same bandwidth, scaled, as data near 1."""
+    that data near the ends of the float64 range (1e±300) select the same bandwidth, scaled, as data near 1.
+
+    Examples
+    --------
+    >>> s = prepare(np.array([0.0, 1e300, 3e300]), device="cpu")
+    >>> float(Scaling.of(s).factors[0]) == 2.0 ** 999  # the span 3e300 = 0.56 · 2^999
+    True
+    """
 
     factors: np.ndarray  # (d,), powers of two; all ones when no column needs scaling
 
@@ -224,6 +231,13 @@ class TieReport:
     As H → 0 only pairs at distance 0 keep contributing, and LSCV(H) → |H|^(−1/2) (4π)^(−d/2) · c with
     ``c = (Σw² + 2T)/n² − 2^(d/2+1) (Σw(w−1) + 2T)/(n(n−1))``, ``T = Σ_{i<j, xᵢ=xⱼ} wᵢwⱼ``. When ``c < 0`` the
     criterion has no minimum: it decreases without bound towards H = 0.
+
+    Examples
+    --------
+    >>> x = torch.tensor([[0.0], [0.0], [1.0], [1.0], [2.0]])  # two tied pairs among five rows
+    >>> report = TieReport.of(x, None, 5.0, 5.0)
+    >>> report.tied_pairs, report.degenerate
+    (2.0, True)
     """
 
     tied_pairs: float
