@@ -171,3 +171,15 @@ def test_thread_policy_restores_after_an_error(monkeypatch, two_threads):
         assert torch.get_num_threads() == 1
         raise InputError("boom")
     assert torch.get_num_threads() == 2
+
+
+def test_overlapping_policy_blocks_restore_once(monkeypatch, two_threads):
+    """Blocks that overlap without nesting (two Python threads) share the process-wide count: the last one out
+    restores it, and the first one out leaves the other's setting alone."""
+    monkeypatch.delenv("DENSITAS_THREADS", raising=False)
+    first, second = policy.thread_policy("cpu", 10), policy.thread_policy("cpu", 10)
+    assert first.__enter__() == 1 and second.__enter__() == 1
+    first.__exit__(None, None, None)
+    assert torch.get_num_threads() == 1  # the second block is still running
+    second.__exit__(None, None, None)
+    assert torch.get_num_threads() == 2

@@ -9,8 +9,9 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -128,8 +129,10 @@ def cpu_threads(work: float, *, default: int | None = None) -> int:
 @contextlib.contextmanager
 def thread_policy(device: torch.device | str, work: float) -> Iterator[int]:
     """Run the block with :func:`cpu_threads` PyTorch threads when ``device`` is the CPU, restoring the
-    previous count afterwards (``torch.set_num_threads`` is process-wide: calls from several Python threads
-    at once share it). Yields the thread count in force.
+    previous count afterwards. Yields the thread count in force.
+
+    ``torch.set_num_threads`` is process-wide, so blocks that overlap (nested calls, or calls from several
+    Python threads at once) share one setting: the first to enter chooses it, the last to leave restores it.
 
     Examples
     --------
@@ -137,16 +140,31 @@ def thread_policy(device: torch.device | str, work: float) -> Iterator[int]:
     ...     threads == torch.get_num_threads() == 1
     True
     """
-    before = torch.get_num_threads()
     if torch.device(device).type != "cpu":
-        yield before
+        yield torch.get_num_threads()
         return
-    threads = cpu_threads(work, default=before)
-    if threads == before:
-        yield before
-        return
-    torch.set_num_threads(threads)
+    with _THREADS.lock:
+        if _THREADS.depth == 0:
+            _THREADS.saved = torch.get_num_threads()
+            threads = cpu_threads(work, default=_THREADS.saved)
+            if threads != _THREADS.saved:
+                torch.set_num_threads(threads)
+        _THREADS.depth += 1
+        current = torch.get_num_threads()
     try:
-        yield threads
+        yield current
     finally:
-        torch.set_num_threads(before)
+        with _THREADS.lock:
+            _THREADS.depth -= 1
+            if _THREADS.depth == 0 and torch.get_num_threads() != _THREADS.saved:
+                torch.set_num_threads(_THREADS.saved)
+
+
+@dataclass
+class _ThreadState:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    depth: int = 0  # policy blocks open now, in any Python thread
+    saved: int = 1  # the count before the first of them
+
+
+_THREADS = _ThreadState()
