@@ -32,6 +32,7 @@ import psycopg
 from sqlglot import exp
 
 from densitas.aqp import Engine
+from densitas.aqp import build as build_mod
 from densitas.aqp.datasets import _tpchgen
 from densitas.aqp.pgtemp import TempPostgres
 from densitas.aqp.workload import generate, run, summarize
@@ -72,6 +73,29 @@ def fmt_summary(title: str, s) -> str:
     return "\n".join(lines)
 
 
+def worst(res, queries, k: int = 3) -> str:
+    """The ``k`` answers with the largest relative error, with their SQL."""
+    top = res.sort_values("rel_err", ascending=False).head(k)
+    return "\n".join(f"  {100 * r.rel_err:.2f}% (exact {r.exact:.6g}, estimate {r.estimate:.6g}, covered {r.covered}): "
+                     f"{queries[int(r.query)].sql}" for r in top.itertuples())
+
+
+def timed_build(eng: Engine) -> tuple[float, dict]:
+    """Build the lineitem synopsis, printing each step's time; returns the seconds and the metadata."""
+    t0 = time.perf_counter()
+    last = [t0]
+
+    def say(step: str, frac: float) -> None:
+        now = time.perf_counter()
+        print(f"  {now - t0:7.1f} s (+{now - last[0]:5.1f}) {step}", flush=True)
+        last[0] = now
+
+    meta = build_mod.build(eng.con, "lineitem", LINEITEM_COLUMNS, LINEITEM_GROUPS,
+                           build_mod.BuildOptions(append_key="l_orderkey"), progress=say)
+    eng._cache.pop("lineitem", None)
+    return time.perf_counter() - t0, meta
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scale", type=float, default=1.0)
@@ -99,9 +123,7 @@ def main() -> None:
         print(f"loaded {n0:,} rows into PostgreSQL with COPY in {time.perf_counter() - t:.1f} s", flush=True)
 
         eng = Engine(pg.url)
-        t = time.perf_counter()
-        meta = eng.build("lineitem", LINEITEM_COLUMNS, LINEITEM_GROUPS, append_key="l_orderkey")
-        t_build = time.perf_counter() - t
+        t_build, meta = timed_build(eng)
         print(f"build: {t_build:.1f} s; synopsis {meta['size_bytes'] / 1e6:.2f} MB = "
               f"{100 * meta['size_bytes'] / meta['table_bytes']:.2f}% of the table's "
               f"{meta['table_bytes'] / 1e6:.0f} MB (pg_table_size)", flush=True)
@@ -109,6 +131,7 @@ def main() -> None:
         res = run(eng, queries, reps=3)
         print(fmt_summary(f"fresh build, {n0:,} rows: approximate (best of 3) beside exact PostgreSQL",
                           summarize(res)), flush=True)
+        print("worst answers:\n" + worst(res, queries), flush=True)
 
         t = time.perf_counter()
         n1 = copy_rows(duck, f"SELECT * FROM li WHERE l_orderkey > {cut} ORDER BY l_orderkey", pg.url, "lineitem", tmp)
@@ -119,13 +142,15 @@ def main() -> None:
         sizes = [json.loads(m["options"])["sample_size"] for m in (meta, ref)]
         print(f"refresh: {ref['refresh']} {ref['appended']:,} rows in {t_refresh:.1f} s (sample {sizes[0]:,} -> "
               f"{sizes[1]:,} rows)", flush=True)
-        res2 = run(eng, generate(eng, "lineitem", a.queries, seed=a.seed + 1), reps=3)
+        queries2 = generate(eng, "lineitem", a.queries, seed=a.seed + 1)
+        res2 = run(eng, queries2, reps=3)
         print(fmt_summary(f"after refresh, {n0 + n1:,} rows", summarize(res2)), flush=True)
-        t = time.perf_counter()
-        eng.build("lineitem", LINEITEM_COLUMNS, LINEITEM_GROUPS, append_key="l_orderkey")
-        t_rebuild = time.perf_counter() - t
-        res3 = run(eng, generate(eng, "lineitem", a.queries, seed=a.seed + 1), reps=3)
-        print(fmt_summary(f"full rebuild, {n0 + n1:,} rows", summarize(res3)), flush=True)
+        print("worst answers:\n" + worst(res2, queries2), flush=True)
+        print("\nfull rebuild:")
+        t_rebuild, _ = timed_build(eng)
+        res3 = run(eng, queries2, reps=3)  # the same queries as after the refresh
+        print(fmt_summary(f"full rebuild, {n0 + n1:,} rows, the same queries", summarize(res3)), flush=True)
+        print("worst answers:\n" + worst(res3, queries2), flush=True)
         print(f"\n| step | seconds |\n|---|---|\n| build ({n0:,} rows) | {t_build:.1f} |\n"
               f"| refresh after appending {n1:,} rows | {t_refresh:.1f} |\n"
               f"| full rebuild ({n0 + n1:,} rows) | {t_rebuild:.1f} |\n"
