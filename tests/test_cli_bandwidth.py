@@ -89,9 +89,15 @@ def test_cli_errors_and_warnings_name_the_users_columns(tmp_path, rng):
     assert "'price'" in str(caught[0].message) and "'qty'" in str(caught[0].message)
 
 
-@pytest.mark.parametrize("columns,plot", [(["price", "qty"], "density.png"), (["price"], "no/such/dir/d.png"),
-                                          (["price", "qty"], None)])
-def test_cli_validates_everything_before_reading_or_computing(files, monkeypatch, tmp_path, columns, plot):
+@pytest.mark.parametrize("columns,plot,method,engine", [
+    (["price", "qty"], "density.png", "lscv_H", "auto"),  # a plot of two columns
+    (["price"], "no/such/dir/d.png", "lscv_H", "auto"),  # nowhere to write it
+    (["price", "qty"], None, "plugin", "auto"),  # a univariate method on two columns
+    (["price", "qty"], None, "lscv_h", "binned"),  # an engine that takes one column only
+    (["price"], None, "isj", "exact"),  # an engine the method does not take
+])
+def test_cli_validates_everything_before_reading_or_computing(files, monkeypatch, tmp_path, columns, plot, method,
+                                                              engine):
     import densitas.cli.bandwidth as cli_bw
     import densitas.kde
 
@@ -103,6 +109,5 @@ def test_cli_validates_everything_before_reading_or_computing(files, monkeypatch
     monkeypatch.setattr(cli_bw, "load_columns", no_work)
     monkeypatch.setattr(densitas.kde, "bandwidth", no_work)
     monkeypatch.chdir(tmp_path)
-    method = "plugin" if plot is None else "lscv_H"  # plugin is univariate: two columns are refused up front
     with pytest.raises(InputError):
-        run(str(csv), columns, method, "auto", "cpu", None, plot)
+        run(str(csv), columns, method, engine, "cpu", None, plot)

@@ -95,8 +95,7 @@ def check_request(columns: list[str], method: str, engine: str, plot: str | None
     SELECTORS[method].validate({}, check_choice("engine", engine, ENGINES, "bandwidth"))
     if len(set(columns)) != len(columns):
         raise InputError(f"--column names a column twice: {columns}.")
-    if SELECTORS[method].univariate and len(columns) != 1:
-        SELECTORS[method].check_dimensions(len(columns), engine, SELECTORS.multivariate)
+    SELECTORS[method].check_dimensions(len(columns), engine, SELECTORS.multivariate)
     if plot is None:
         return
     if len(columns) != 1:
