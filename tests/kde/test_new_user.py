@@ -12,7 +12,7 @@ import torch
 
 from densitas._backend import policy
 from densitas.exceptions import InputError
-from densitas.kde import bandwidth, lscv_objective
+from densitas.kde import KernelDensity, bandwidth, lscv_objective
 from densitas.kde import selectors as sel
 from densitas.kde.selectors import SELECTORS, DegenerateBandwidthWarning, TieReport
 
@@ -43,6 +43,10 @@ def test_dd_matrix_beyond_float64_is_refused(rng, factor):
     x = rng.normal(size=(50, 2)) * factor
     with pytest.raises(InputError):
         bandwidth(x, "scott", device="cpu")
+    with pytest.raises(InputError):  # one column as (n, 1): H = [[h²]], for a univariate method too
+        bandwidth(x[:, :1], "plugin", device="cpu")
+    with pytest.raises(InputError):
+        KernelDensity().fit(x[:, :1])
 
 
 def test_scaling_is_a_power_of_two_and_only_where_needed(rng):

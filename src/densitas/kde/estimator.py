@@ -144,7 +144,12 @@ class KernelDensity(BaseEstimator):
                 method += " (diagonal: the covariance is singular)"
             H = np.atleast_2d(np.asarray(h, dtype=np.float64))
             if np.ndim(h) == 0:
-                H = H**2
+                with np.errstate(over="ignore", under="ignore"):
+                    H = H**2
+            if not (np.all(np.isfinite(H)) and np.all(np.diag(H) > 0)):
+                raise InputError("The 'X' of KernelDensity gives a bandwidth matrix that float64 cannot hold (H "
+                                 f"scales with the square of the data; its diagonal is {np.diag(H)}). Rescale X "
+                                 "(e.g. divide by a power of ten) first.")
         else:
             method = "given"
             H = check_bandwidth_matrix(bw, d, name="bandwidth") if np.ndim(bw) else np.eye(d) * float(bw) ** 2

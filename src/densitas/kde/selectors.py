@@ -813,8 +813,19 @@ def bandwidth(x: Any, method: str = "plugin", *, engine: str = "auto", weights: 
     exact = engine == "exact" or (engine == "auto" and (selector.auto_exact or _engine_for(s, engine) == "exact"))
     with thread_policy(s.device, selector.work(s.x.shape[0], s.d, exact)):
         if selector.univariate and not s.one_d:  # one column given as (n, 1): H = [[h²]]
-            return np.array([[_scaled(selector, _as_1d(s), engine, opts) ** 2]])
+            return _as_matrix(s, _scaled(selector, _as_1d(s), engine, opts))
         return _scaled(selector, s, engine, opts)
+
+
+def _as_matrix(s: Sample, h: float) -> np.ndarray:
+    """``[[h²]]``, refused (as :meth:`Scaling.undo` refuses) where float64 cannot hold it."""
+    with np.errstate(over="ignore", under="ignore"):
+        H = np.array([[h]], dtype=np.float64) ** 2
+    if not (np.isfinite(H[0, 0]) and H[0, 0] > 0):
+        raise InputError(f"The bandwidth matrix of column {s.names[0]!r} is not representable in float64: "
+                         f"h = {h:.4g}, so H = h² is beyond its range. Pass the column as 1-D data (shape (n,)) "
+                         "to get h, or rescale it.")
+    return H
 
 
 def _scaled(selector: Selector, s: Sample, engine: str, opts: dict[str, Any]) -> float | np.ndarray:
