@@ -10,6 +10,7 @@ import pytest
 from densitas.exceptions import DensitasError
 from densitas.kde import bandwidth
 from densitas.kde.distributed import DaskSample, bandwidth_dask
+from densitas.kde.selectors import DegenerateBandwidthWarning
 
 da = pytest.importorskip("dask.array")
 dd = pytest.importorskip("dask.dataframe")
@@ -78,6 +79,19 @@ def test_weighted_order_statistics_equal_repeated_rows(rng):
 
     for q in (0.1, 0.25, 0.5, 0.75, 0.93):
         assert _weighted_quantile(s.x, s.w, q) == pytest.approx(np.quantile(np.repeat(x, reps), q), abs=1e-12)
+
+
+def test_extreme_scale_and_tied_columns_as_single_machine(rng):
+    x = bimodal(rng, 600) * 1e300  # moments would overflow unscaled: the selectors' powers-of-two scaling
+    for method in ("plugin", "scott"):
+        assert_same(bandwidth(x, method, device="cpu"), bandwidth_dask(da.from_array(x, chunks=200), method,
+                                                                         device="cpu"), rtol=1e-12)
+    X = np.c_[np.round(rng.normal(size=400)), rng.normal(size=400)]  # column 0 tied: LSCV degenerate along it
+    with pytest.warns(DegenerateBandwidthWarning):
+        one = bandwidth(X, "lscv_h", device="cpu")
+    with pytest.warns(DegenerateBandwidthWarning):
+        many = bandwidth_dask(da.from_array(X, chunks=150), "lscv_h", device="cpu")
+    assert_same(one, many)
 
 
 def test_bad_input_raises(rng):

@@ -29,6 +29,7 @@ set-up (a sort on one machine) and the LSCV(H) value and gradient (a triangular 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import types
 from dataclasses import dataclass
@@ -53,9 +54,11 @@ QUANTILE_PIVOTS = 1023
 
 @dataclass(frozen=True)
 class _Ops:
-    """Per-block transforms applied in the task, in order, to the (rows × d) block: subtract ``shift``, solve
-    ``L z = x`` for each lower-triangular ``L`` of ``solve``, then keep column ``column`` (all when None)."""
+    """Per-block transforms applied in the task, in order, to the (rows × d) block: divide by the powers of two
+    ``scale`` (the selectors' :class:`~densitas.kde.selectors.Scaling`), subtract ``shift``, solve ``L z = x`` for
+    each lower-triangular ``L`` of ``solve``, then keep column ``column`` (all when None)."""
 
+    scale: np.ndarray | None = None
     column: int | None = None
     shift: np.ndarray | None = None
     solve: tuple[np.ndarray, ...] = ()
@@ -72,6 +75,8 @@ def _rows_of(xb: Any, wb: Any, one_d: bool, ops: _Ops, device: Any) -> tuple[tor
         keep = w > 0
         if not bool(keep.all()):
             x, w = x[keep], w[keep]
+    if ops.scale is not None:
+        x = x / torch.from_numpy(ops.scale).to(x)
     if ops.shift is not None:
         x = x - torch.from_numpy(ops.shift).to(x)
     for L in ops.solve:
@@ -84,8 +89,8 @@ def _rows_of(xb: Any, wb: Any, one_d: bool, ops: _Ops, device: Any) -> tuple[tor
 
 
 def _check_block(xb: Any, wb: Any, offset: int, one_d: bool) -> dict[str, Any]:
-    """Pass 1 on one block: the input checks (first bad row), ``Σw``, ``Σw²``, ``Σw x``, the range of the rows
-    of positive weight, the first row."""
+    """Pass 1 on one block: the input checks (first bad row), ``Σw``, ``Σw²``, the range of the rows of positive
+    weight, the first row."""
     x = block_tensor(xb, torch.float64)
     x = x.reshape(-1, 1) if x.ndim == 1 else x
     n = x.shape[0]
@@ -110,16 +115,22 @@ def _check_block(xb: Any, wb: Any, offset: int, one_d: bool) -> dict[str, Any]:
         x, w = x[keep], w[keep]
     out["sw"] = float(x.shape[0]) if w is None else float(w.sum())
     out["sw2"] = float(x.shape[0]) if w is None else float((w * w).sum())
-    out["swx"] = (x.sum(0) if w is None else (w[:, None] * x).sum(0)).numpy()
     out["min"] = x.amin(0).numpy() if x.shape[0] else None
     out["max"] = x.amax(0).numpy() if x.shape[0] else None
     out["first"] = x[0].numpy() if x.shape[0] else None
     return out
 
 
-def _scatter_block(xb: Any, wb: Any, one_d: bool, mean: np.ndarray, device: Any) -> np.ndarray:
-    """Pass 2 on one block: ``Σ w (x − x̄)(x − x̄)ᵀ``."""
-    x, w = _rows_of(xb, wb, one_d, _Ops(), device)
+def _sum_block(xb: Any, wb: Any, one_d: bool, ops: _Ops, device: Any) -> np.ndarray:
+    """Pass 2 on one block: ``Σ w x`` (of the scaled rows)."""
+    x, w = _rows_of(xb, wb, one_d, ops, device)
+    x = x[:, None] if x.ndim == 1 else x
+    return (x.sum(0) if w is None else (w[:, None] * x).sum(0)).cpu().numpy()
+
+
+def _scatter_block(xb: Any, wb: Any, one_d: bool, ops: _Ops, device: Any, mean: np.ndarray) -> np.ndarray:
+    """Pass 3 on one block: ``Σ w (x − x̄)(x − x̄)ᵀ`` (of the scaled rows)."""
+    x, w = _rows_of(xb, wb, one_d, ops, device)
     xc = (x[:, None] if x.ndim == 1 else x) - torch.from_numpy(mean).to(x)
     wx = xc if w is None else xc * w[:, None]
     return (wx.T @ xc).cpu().numpy()
@@ -164,6 +175,18 @@ def _pair_value(kind: str, x: torch.Tensor, w: torch.Tensor | None, args: tuple)
     if kind == "histogram":
         y_floor, y_hi = args
         return pairhist.pair_histogram(x, w, y_floor=y_floor, y_hi=y_hi).moments.cpu().numpy()
+    if kind == "ties":  # Σ_{i<j, equal rows} w_i w_j over each subset of the columns
+        (subsets,) = args
+        x2 = x.reshape(x.shape[0], -1)
+        wt = torch.ones(x2.shape[0], dtype=torch.float64, device=x.device) if w is None else w
+        out = []
+        for cols in subsets:
+            _, inverse = torch.unique(x2[:, cols], dim=0, return_inverse=True)
+            total = torch.zeros(int(inverse.max()) + 1, dtype=torch.float64, device=x.device)
+            squares = torch.zeros_like(total).index_add_(0, inverse, wt * wt)
+            total.index_add_(0, inverse, wt)
+            out.append(float(((total * total - squares) / 2.0).sum()))
+        return np.array(out)
     raise ValueError(kind)  # pragma: no cover - internal
 
 
@@ -224,7 +247,7 @@ class DaskRows:
         if not (isinstance(key, tuple) and len(key) == 2 and key[0] == slice(None) and isinstance(key[1], int)):
             raise TypeError("DaskRows supports [:, j] only")  # pragma: no cover - internal
         j = key[1]
-        ops = _Ops(column=j, shift=self.ops.shift, solve=self.ops.solve)
+        ops = dataclasses.replace(self.ops, column=j)
         lo = None if self._lo is None else self._lo[j:j + 1]
         hi = None if self._hi is None else self._hi[j:j + 1]
         return DaskRows(self.sample, ops, True, lo, hi)
@@ -236,7 +259,7 @@ class DaskRows:
         new = s if self.ops.shift is None else self.ops.shift + s
         lo = None if self._lo is None else self._lo - s
         hi = None if self._hi is None else self._hi - s
-        return DaskRows(self.sample, _Ops(self.ops.column, new, ()), self.one_d, lo, hi)
+        return DaskRows(self.sample, dataclasses.replace(self.ops, shift=new), self.one_d, lo, hi)
 
     def solved(self, L: np.ndarray) -> DaskRows:
         """The (rows × d) matrix with ``L z = x`` solved for every row (lower-triangular ``L``), 2-D as the
@@ -244,7 +267,7 @@ class DaskRows:
         lo = hi = None
         if L.shape == (1, 1) and self._lo is not None:
             lo, hi = self._lo / L[0, 0], self._hi / L[0, 0]
-        return DaskRows(self.sample, _Ops(self.ops.column, self.ops.shift, (*self.ops.solve, L)), False, lo, hi)
+        return DaskRows(self.sample, dataclasses.replace(self.ops, solve=(*self.ops.solve, L)), False, lo, hi)
 
     def min(self) -> torch.Tensor:
         return torch.tensor(float(np.min(self._lo)), dtype=torch.float64)
@@ -359,11 +382,22 @@ class DaskSample:
         (parts,) = compute([check(xb, wb, int(off), blocks.one_d) for xb, wb, off in
                             zip(blocks.parts, wparts, blocks.offsets[:-1], strict=True)])
         s._moments(parts, name, min_samples)
+        # the selectors' Scaling (powers of two per column, for data near 1e±300) from the range, before any sum
+        from densitas.kde.selectors import Sample, Scaling
+
+        span = Sample(torch.from_numpy(np.stack([s._lo, s._hi])), None, names, False)
+        s.factors = Scaling.of(span).factors
+        f = s.factors
+        ops = _Ops(scale=None if np.all(f == 1.0) else f)
+        s._lo, s._hi, s._first = s._lo / f, s._hi / f, s._first / f
+        pieces = list(zip(blocks.parts, wparts, strict=True))
+        total = dask.delayed(_sum_block, pure=True)
+        (sums,) = compute([total(xb, wb, blocks.one_d, ops, device) for xb, wb in pieces])
+        s._mean = np.sum(sums, axis=0) / s._n
         scatter = dask.delayed(_scatter_block, pure=True)
-        (cps,) = compute([scatter(xb, wb, blocks.one_d, s._mean, device) for xb, wb in zip(blocks.parts, wparts,
-                                                                                             strict=True)])
+        (cps,) = compute([scatter(xb, wb, blocks.one_d, ops, device, s._mean) for xb, wb in pieces])
         s._cov = np.sum(cps, axis=0) / (s._n - 1.0)
-        s.x = DaskRows(s, _Ops(), blocks.one_d, s._lo, s._hi)
+        s.x = DaskRows(s, ops, blocks.one_d, s._lo, s._hi)
         return s
 
     def _moments(self, parts: list[dict[str, Any]], name: str, min_samples: int) -> None:
@@ -390,7 +424,6 @@ class DaskSample:
         kept = [p for p in parts if p["min"] is not None]
         self._n = float(total)
         self._sw2 = float(sum(p["sw2"] for p in parts))
-        self._mean = np.sum([p["swx"] for p in parts], axis=0) / total
         self._lo = np.min([p["min"] for p in kept], axis=0)
         self._hi = np.max([p["max"] for p in kept], axis=0)
         self._first = kept[0]["first"]
@@ -403,6 +436,7 @@ class DaskSample:
         s.one_d = True
         s.x = self.x[:, 0]
         s._mean, s._cov, s._first = self._mean[:1], self._cov[:1, :1], self._first[:1]
+        s.factors = self.factors[:1]
         return s
 
 
@@ -497,6 +531,26 @@ def _weighted_quantile(x: DaskRows, w: Any, q: float) -> float:
     return a + (pos - lo) * (got[lo + 1] - a) if pos > lo else a
 
 
+def _tied_columns(s: DaskSample) -> list[str]:
+    """``selectors._tied_columns`` with the tied pairs (per column, and of whole rows when d > 1) summed over
+    blocks and pairs of blocks; the coefficient is :class:`~densitas.kde.selectors.TieReport`'s."""
+    from densitas.kde.selectors import TieReport
+
+    d = s.d
+    subsets = [[j] for j in range(d)] + ([list(range(d))] if d > 1 else [])
+    tied = s.x.pair_sum("ties", (subsets,))
+
+    def degenerate(t: float, dims: int) -> bool:
+        n, sw2 = s.n, s.sum_w2
+        coef = (sw2 + 2.0 * t) / (n * n) - 2.0 ** (dims / 2 + 1) * (sw2 - n + 2.0 * t) / (n * (n - 1.0))
+        return TieReport(t, coef).degenerate
+
+    cols = [s.names[j] for j in range(d) if degenerate(float(tied[j]), 1)]
+    if not cols and d > 1 and degenerate(float(tied[d]), d):
+        cols = list(s.names)
+    return cols
+
+
 def _lscv_h_minimum(z: DaskRows, w: Any, h0: float, const: Any, value_fn: Any) -> Any:
     """:func:`densitas.kde.pairhist.lscv_h_minimum` with the pair histogram summed over blocks."""
     from densitas.kde import pairhist
@@ -557,7 +611,7 @@ def _namespace() -> dict[str, Any]:
         if isinstance(obj, types.FunctionType) and obj.__module__ == selectors.__name__:
             g[name] = rebind(obj)
     g.update(gauss_sums=_gauss_sums, gauss_grad_sums=_gauss_grad_sums, hermite_sum=_hermite_sum, _whiten=_whiten,
-             _weighted_quantile=_weighted_quantile)
+             _weighted_quantile=_weighted_quantile, _tied_columns=_tied_columns)
 
     def rebind_class(cls: type, own: dict[str, Any]) -> type:
         body = {k: rebind(v) for k, v in vars(cls).items() if isinstance(v, types.FunctionType)}
@@ -625,7 +679,7 @@ def bandwidth_dask(x: Any, method: str = "plugin", *, engine: str = "auto", weig
     >>> bool(abs(h - bandwidth(x, "plugin", device="cpu")) < 1e-9 * h)
     True
     """
-    from densitas.kde.selectors import ENGINES, METHODS, SELECTORS
+    from densitas.kde.selectors import ENGINES, METHODS, SELECTORS, Scaling
 
     method = check_choice("method", method, METHODS, "bandwidth")
     engine = check_choice("engine", engine, ENGINES, "bandwidth")
@@ -634,6 +688,11 @@ def bandwidth_dask(x: Any, method: str = "plugin", *, engine: str = "auto", weig
     s = DaskSample.prepare(x, weights, device=device)
     selector.check_dimensions(s.d, engine, SELECTORS.multivariate)
     fn = _namespace()[selector.fn.__name__]
+
+    def scaled(smp: DaskSample) -> float | np.ndarray:
+        """As ``selectors._scaled``: the tasks divide the rows by the factors; the bandwidth is scaled back."""
+        return Scaling(smp.factors).undo(smp, fn(smp, engine, opts))
+
     if selector.univariate and not s.one_d:
-        return np.array([[fn(s.as_1d(), engine, opts) ** 2]])
-    return fn(s, engine, opts)
+        return np.array([[scaled(s.as_1d()) ** 2]])
+    return scaled(s)
