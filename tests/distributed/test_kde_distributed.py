@@ -10,7 +10,7 @@ import pytest
 from densitas.exceptions import DensitasError
 from densitas.kde import bandwidth
 from densitas.kde.distributed import DaskSample, bandwidth_dask
-from densitas.kde.selectors import DegenerateBandwidthWarning
+from densitas.kde.selectors import METHODS, DegenerateBandwidthWarning
 
 da = pytest.importorskip("dask.array")
 dd = pytest.importorskip("dask.dataframe")
@@ -38,6 +38,13 @@ def test_univariate_selectors_equal_single_machine(rng, scheduler, method, engin
     xd = da.from_array(x, chunks=((250, 1, 249, 200),))
     wd = None if w is None else da.from_array(w, chunks=300)  # other chunks than x: rechunked to x's
     assert_same(one, bandwidth_dask(xd, method, engine=engine, weights=wd, device="cpu"))
+
+
+@pytest.mark.parametrize("method", METHODS)  # every registered selector: a new one is covered (or fails) here
+def test_every_registered_selector(rng, method):
+    x = bimodal(rng, 300)
+    assert_same(bandwidth(x, method, device="cpu"), bandwidth_dask(da.from_array(x, chunks=110), method,
+                                                                     device="cpu"))
 
 
 def test_multivariate_and_dataframe_selectors(rng, client):
