@@ -121,7 +121,7 @@ def gpu_cluster(gpus: list[int], small: bool):
 
     if small:
         with distributed.LocalCluster(n_workers=len(gpus), threads_per_worker=1, processes=True, memory_limit=0,
-                                      dashboard_address=None, silence_logs=40) as cluster:
+                                      dashboard_address=":0", silence_logs=40) as cluster:
             yield cluster, "LocalCluster (CPU)"
         return
     visible = ",".join(str(g) for g in gpus)
@@ -131,7 +131,7 @@ def gpu_cluster(gpus: list[int], small: bool):
         LocalCUDACluster = None
     if LocalCUDACluster is not None:
         with LocalCUDACluster(CUDA_VISIBLE_DEVICES=visible, threads_per_worker=1, memory_limit=0,
-                              dashboard_address=None, silence_logs=40) as cluster:
+                              dashboard_address=":0", silence_logs=40) as cluster:
             yield cluster, "dask_cuda.LocalCUDACluster"
         return
     from distributed import Nanny, Scheduler, SpecCluster
@@ -139,7 +139,7 @@ def gpu_cluster(gpus: list[int], small: bool):
     # the blocks are CUDA tensors: no host memory limit (no spilling of device data to host or disk)
     workers = {f"gpu{g}": {"cls": Nanny, "options": {"nthreads": 1, "env": {"CUDA_VISIBLE_DEVICES": str(g)},
                                                       "memory_limit": 0, "silence_logs": 40}} for g in gpus}
-    scheduler = {"cls": Scheduler, "options": {"dashboard_address": None}}
+    scheduler = {"cls": Scheduler, "options": {"dashboard_address": ":0"}}
     with SpecCluster(workers=workers, scheduler=scheduler, silence_logs=40) as cluster:
         yield cluster, "distributed.SpecCluster of Nannies with CUDA_VISIBLE_DEVICES"
 

@@ -13,7 +13,7 @@ distributed = pytest.importorskip("distributed")
 @pytest.fixture(scope="session")
 def local_cluster():
     """Two worker processes, one thread each (the workers inherit TRITON_INTERPRET=1 from the test process)."""
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
                                   silence_logs=50) as cluster:
         yield cluster
 

@@ -30,7 +30,7 @@ def gpu_client():
     workers = {f"gpu{g}": {"cls": distributed.Nanny,
                            "options": {"nthreads": 1, "memory_limit": 0, "env": {"CUDA_VISIBLE_DEVICES": str(g)}}}
                for g in gpus}
-    scheduler = {"cls": distributed.Scheduler, "options": {"dashboard_address": None}}
+    scheduler = {"cls": distributed.Scheduler, "options": {"dashboard_address": ":0"}}
     with distributed.SpecCluster(workers=workers, scheduler=scheduler, silence_logs=50) as cluster, \
             distributed.Client(cluster) as client:
         client.wait_for_workers(len(gpus))
