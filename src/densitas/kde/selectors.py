@@ -22,6 +22,7 @@ import torch
 from densitas._backend.arrays import as_tensor, check_choice
 from densitas._backend.device import DeviceLike
 from densitas._backend.policy import device_policy, quantile, thread_policy
+from densitas._dask import is_dask
 from densitas.exceptions import DensitasError, InputError
 from densitas.kde import binned as _binned
 from densitas.kde import pairhist as _pairhist
@@ -804,6 +805,10 @@ def bandwidth(x: Any, method: str = "plugin", *, engine: str = "auto", weights: 
     >>> round(bandwidth(x, "plugin", device="cpu"), 2)
     0.24
     """
+    if is_dask(x) or is_dask(weights):  # partitions on a Dask cluster: never pulled to the client
+        from densitas.kde.distributed import bandwidth_dask
+
+        return bandwidth_dask(x, method, engine=engine, weights=weights, device=device, **options)
     method = check_choice("method", method, METHODS, "bandwidth")
     engine = check_choice("engine", engine, ENGINES, "bandwidth")
     selector = SELECTORS[method]
