@@ -173,8 +173,8 @@ def _pair_value(kind: str, x: torch.Tensor, w: torch.Tensor | None, args: tuple)
         return np.array([pairsum.hermite_sum(x[order].contiguous(), None if w is None else w[order].contiguous(),
                                              g, r)])
     if kind == "histogram":
-        y_floor, y_hi = args
-        return pairhist.pair_histogram(x, w, y_floor=y_floor, y_hi=y_hi).moments.cpu().numpy()
+        (grid,) = args
+        return pairhist.histogram_on(x, w, grid).moments.cpu().numpy()
     if kind == "ties":  # Σ_{i<j, equal rows} w_i w_j over each subset of the columns
         (subsets,) = args
         x2 = x.reshape(x.shape[0], -1)
@@ -555,28 +555,11 @@ def _lscv_h_minimum(z: DaskRows, w: Any, h0: float, const: Any, value_fn: Any) -
     """:func:`densitas.kde.pairhist.lscv_h_minimum` with the pair histogram summed over blocks."""
     from densitas.kde import pairhist
 
-    lo, hi = h0 / pairhist.SEARCH_SPAN, h0 * pairhist.SEARCH_SPAN
     zmean = np.zeros(z.sample.d)  # the whitened rows have mean 0 up to rounding; their spread bounds every Y_ij
     y_hi = 4.0 * _max_sq_norm(z, zmean) * (1.0 + 1e-6) + 1e-300
-    y_floor = 1e-3 * lo * lo
-    grid = pairhist.HistogramGrid.covering(y_floor, y_hi)
-    moments = torch.from_numpy(z.pair_sum("histogram", (y_floor, y_hi)).reshape(grid.bins + 1, -1)).to(z.device)
-    hist = pairhist.PairHistogram(grid, moments)
-    d = const.d
-    c2 = (4.0 * math.pi) ** (-0.5 * d)
-    n2 = const.n * const.n
-
-    def evaluate(hs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        a = 1.0 / (4.0 * hs * hs)
-        s1, b1 = hist.sums(a)
-        s2, b2 = hist.sums(2.0 * a)
-        hdet_inv = torch.exp(-d * torch.log(hs) - 0.5 * const.logdet_s)
-        vals = value_fn(s1, s2, hdet_inv, const.n, const.sw2, const.sww1, d)
-        err = value_fn(b1, -b2, hdet_inv, const.n, 0.0, 0.0, d).abs()
-        scale = c2 * hdet_inv * (const.sw2 + 2.0 * s1) / n2
-        return vals, err <= pairhist.TRUST_RTOL * scale
-
-    return pairhist.minimise_on_grids(evaluate, lo, hi, z.device)
+    lo, hi, grid = pairhist.search_bounds(h0, y_hi)
+    moments = torch.from_numpy(z.pair_sum("histogram", (grid,)).reshape(grid.bins + 1, -1)).to(z.device)
+    return pairhist.minimise_lscv(pairhist.PairHistogram(grid, moments), lo, hi, const, value_fn)
 
 
 def _max_block_norm(xb: Any, wb: Any, one_d: bool, ops: _Ops, device: Any, centre: np.ndarray) -> float:
@@ -632,36 +615,13 @@ def _namespace() -> dict[str, Any]:
 
     g["_Functional"] = rebind_class(selectors._Functional, {"__init__": functional_init})
     g["_LscvScalar"] = rebind_class(selectors._LscvScalar, {})
-    g["_LscvMatrix"] = rebind_class(selectors._LscvMatrix, {"value_grad": _matrix_value_grad})
+    g["_LscvMatrix"] = rebind_class(selectors._LscvMatrix, {"_solve": _matrix_solve})
     return g
 
 
-def _matrix_value_grad(self: Any, theta: np.ndarray, want_grad: bool = True) -> tuple[float, np.ndarray | None]:
-    """``_LscvMatrix.value_grad`` with ``u = M⁻¹ z`` solved in the tasks (the formula of the single-machine one)."""
-    from densitas.kde.selectors import _lscv_value
-
-    sc, d = self.sc, self.d
-    m = self.unpack(theta)
-    u = sc.z.solved(m)
-    hdet_inv = math.exp(-float(np.log(np.diag(m)).sum()) - 0.5 * sc.logdet_s)
-    n, sw2, sww1 = sc.s.n, sc.sw2, sc.sww1
-    self.evals += 1
-    if not want_grad:
-        out = _gauss_sums(u, sc.s.w, [0.25]).cpu().numpy()
-        return float(_lscv_value(out[0, 0], out[0, 1], hdet_inv, n, sw2, sww1, d)), None
-    sums, mom = _gauss_grad_sums(u, sc.s.w)
-    s1, s2 = float(sums[0]), float(sums[1])
-    a1, a2 = mom[0].cpu().numpy(), mom[1].cpu().numpy()
-    val = float(_lscv_value(s1, s2, hdet_inv, n, sw2, sww1, d))
-    c2 = (4.0 * math.pi) ** (-0.5 * d) * hdet_inv
-    c1 = (2.0 * math.pi) ** (-0.5 * d) * hdet_inv
-    eye = np.eye(d)
-    b = (c2 * (-0.5 * sw2 * eye + 2.0 * (0.25 * a1 - 0.5 * s1 * eye))) / (n * n) \
-        - 2.0 * c1 * (-0.5 * sww1 * eye + (a2 - s2 * eye)) / (n * (n - 1.0))
-    minv_t = np.linalg.inv(m).T
-    g_m = 2.0 * minv_t @ b
-    g_m[np.diag_indices(d)] *= np.diag(m)
-    return val, g_m[self.tril]
+def _matrix_solve(self: Any, m: np.ndarray) -> Any:
+    """``_LscvMatrix._solve`` with ``u = M⁻¹ z`` solved in the tasks (rows stay where they are)."""
+    return self.sc.z.solved(m)
 
 
 def bandwidth_dask(x: Any, method: str = "plugin", *, engine: str = "auto", weights: Any = None,

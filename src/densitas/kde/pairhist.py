@@ -108,7 +108,11 @@ def pair_histogram(z: torch.Tensor, w: torch.Tensor | None, *, y_floor: float, y
     ``y_hi`` must bound every ``Y_ij`` (``4 max_i ‖z_i − c‖²`` for any centre ``c`` does); larger pairs are kept in
     the last bin, where the error bound no longer holds.
     """
-    grid = HistogramGrid.covering(y_floor, y_hi, bins_per_octave)
+    return histogram_on(z, w, HistogramGrid.covering(y_floor, y_hi, bins_per_octave))
+
+
+def histogram_on(z: torch.Tensor, w: torch.Tensor | None, grid: HistogramGrid) -> PairHistogram:
+    """:func:`pair_histogram` on a given bin layout (the one pass, through the dispatch layer)."""
     _, fn = select("kde_pair_histogram", z.device)
     return PairHistogram(grid, fn(z, w, grid))
 
@@ -230,6 +234,13 @@ class LscvConstants:
     logdet_s: float  # log |S|
 
 
+def search_bounds(h0: float, y_hi: float) -> tuple[float, float, HistogramGrid]:
+    """The LSCV_h search range ``[h0/64, 64 h0]`` and the histogram grid that serves it: from ``y_floor`` (a·Y ≤
+    1e-3 in bin 0 for every h in range, so its Taylor terms are exact to 1e-13) to ``y_hi`` (bounds every Y)."""
+    lo, hi = h0 / SEARCH_SPAN, h0 * SEARCH_SPAN
+    return lo, hi, HistogramGrid.covering(1e-3 * lo * lo, y_hi)
+
+
 def lscv_h_minimum(z: torch.Tensor, w: torch.Tensor | None, h0: float, const: LscvConstants,
                    value_fn: Callable[..., torch.Tensor]) -> GridMinimum:
     """Minimise LSCV(h²S) over ``h ∈ [h0/64, 64 h0]`` from one pair histogram of the whitened data ``z``.
@@ -238,11 +249,16 @@ def lscv_h_minimum(z: torch.Tensor, w: torch.Tensor | None, h0: float, const: Ls
     is ``trusted`` when the histogram's error bound on the objective at the minimum is below ``TRUST_RTOL`` of
     its positive term, and ``at_edge`` when the minimum is an end of the range.
     """
-    lo, hi = h0 / SEARCH_SPAN, h0 * SEARCH_SPAN
     zc = z - z.mean(0)
     y_hi = 4.0 * float((zc * zc).sum(1).max()) * (1.0 + 1e-6) + 1e-300
-    y_floor = 1e-3 * lo * lo  # a·Y ≤ 1e-3 in bin 0 for every h in range: its Taylor terms are exact to 1e-13
-    hist = pair_histogram(z, w, y_floor=y_floor, y_hi=y_hi)
+    lo, hi, grid = search_bounds(h0, y_hi)
+    return minimise_lscv(histogram_on(z, w, grid), lo, hi, const, value_fn)
+
+
+def minimise_lscv(hist: PairHistogram, lo: float, hi: float, const: LscvConstants,
+                  value_fn: Callable[..., torch.Tensor]) -> GridMinimum:
+    """The grid search of :func:`lscv_h_minimum` on a histogram built by the caller (one machine or summed over
+    Dask blocks)."""
     d = const.d
     c2 = (4.0 * math.pi) ** (-0.5 * d)
     n2 = const.n * const.n
@@ -258,4 +274,4 @@ def lscv_h_minimum(z: torch.Tensor, w: torch.Tensor | None, h0: float, const: Ls
         scale = c2 * hdet_inv * (const.sw2 + 2.0 * s1) / n2
         return vals, err <= TRUST_RTOL * scale
 
-    return minimise_on_grids(evaluate, lo, hi, z.device)
+    return minimise_on_grids(evaluate, lo, hi, hist.moments.device)

@@ -594,11 +594,15 @@ class _LscvMatrix:
         m[np.diag_indices(self.d)] = np.log(np.diag(m))
         return m[self.tril]
 
+    def _solve(self, m: np.ndarray) -> torch.Tensor:
+        """The rows ``u = M⁻¹ z`` (the distributed selectors solve them in the tasks instead)."""
+        mt = torch.from_numpy(m).to(self.sc.z)
+        return torch.linalg.solve_triangular(mt, self.sc.z.T, upper=False).T.contiguous()
+
     def value_grad(self, theta: np.ndarray, want_grad: bool = True) -> tuple[float, np.ndarray | None]:
         sc, d = self.sc, self.d
         m = self.unpack(theta)
-        mt = torch.from_numpy(m).to(sc.z)
-        u = torch.linalg.solve_triangular(mt, sc.z.T, upper=False).T.contiguous()
+        u = self._solve(m)
         hdet_inv = math.exp(-float(np.log(np.diag(m)).sum()) - 0.5 * sc.logdet_s)
         n, sw2, sww1 = sc.s.n, sc.sw2, sc.sww1
         self.evals += 1
