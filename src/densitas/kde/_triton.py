@@ -181,6 +181,24 @@ def _full_schedule(T: int, device: torch.device) -> tuple:
 
 
 @triton.jit
+def _tile_sqdist(z_ptr, nrm_ptr, I, J, n, B: tl.constexpr, DP: tl.constexpr, PREC: tl.constexpr):
+    """Rows, columns, their masks, the two blocks of points and ``Y_ij = ‖z_i − z_j‖²`` of tile (I, J):
+    ``‖z_i‖² + ‖z_j‖² − 2 z_i·z_j`` on the tensor cores (3xTF32: float32 accuracy; the data are centred)."""
+    lanes = tl.arange(0, B)
+    dims = tl.arange(0, DP)
+    ri = I * B + lanes
+    cj = J * B + lanes
+    mi = ri < n
+    mj = cj < n
+    zi = tl.load(z_ptr + ri[:, None] * DP + dims[None, :], mask=mi[:, None], other=0.0)
+    zj = tl.load(z_ptr + cj[:, None] * DP + dims[None, :], mask=mj[:, None], other=0.0)
+    ni = tl.load(nrm_ptr + ri, mask=mi, other=0.0)
+    nj = tl.load(nrm_ptr + cj, mask=mj, other=0.0)
+    y = ni[:, None] + nj[None, :] - 2.0 * tl.dot(zi, tl.trans(zj), input_precision=PREC)
+    return ri, cj, mi, mj, zi, zj, tl.maximum(y, 0.0)
+
+
+@triton.jit
 def _gauss_kernel(z_ptr, nrm_ptr, w_ptr, a_ptr, band_ptr, si_ptr, sj_ptr, out_ptr, n, T, L, G,
                   K: tl.constexpr, KP: tl.constexpr, DP: tl.constexpr, CHAIN: tl.constexpr,
                   WEIGHTED: tl.constexpr, PREC: tl.constexpr, B: tl.constexpr, FAST: tl.constexpr):
@@ -191,22 +209,12 @@ def _gauss_kernel(z_ptr, nrm_ptr, w_ptr, a_ptr, band_ptr, si_ptr, sj_ptr, out_pt
     kk = tl.arange(0, KP)
     acc1 = tl.zeros([KP], tl.float64)
     acc2 = tl.zeros([KP], tl.float64)
-    lanes = tl.arange(0, B)
-    dims = tl.arange(0, DP)
+    tl.arange(0, B)
+    tl.arange(0, DP)
     first = pid * G
     t = 0
     while (t < G) & (first + t < L):
-        ri = I * B + lanes
-        cj = J * B + lanes
-        mi = ri < n
-        mj = cj < n
-        zi = tl.load(z_ptr + ri[:, None] * DP + dims[None, :], mask=mi[:, None], other=0.0)
-        zj = tl.load(z_ptr + cj[:, None] * DP + dims[None, :], mask=mj[:, None], other=0.0)
-        ni = tl.load(nrm_ptr + ri, mask=mi, other=0.0)
-        nj = tl.load(nrm_ptr + cj, mask=mj, other=0.0)
-        # ‖zi − zj‖² = ‖zi‖² + ‖zj‖² − 2 zi·zj on the tensor cores (3xTF32: float32 accuracy); data are centred
-        y = ni[:, None] + nj[None, :] - 2.0 * tl.dot(zi, tl.trans(zj), input_precision=PREC)
-        y = tl.maximum(y, 0.0)
+        ri, cj, mi, mj, _zi, _zj, y = _tile_sqdist(z_ptr, nrm_ptr, I, J, n, B, DP, PREC)
         interior = (J > I) & ((J + 1) * B <= n)
         if WEIGHTED:
             wi = tl.load(w_ptr + ri, mask=mi, other=0.0)
@@ -303,7 +311,7 @@ def _gauss_grad_kernel(z_ptr, nrm_ptr, w_ptr, band_ptr, si_ptr, sj_ptr, outs_ptr
     I = tl.load(si_ptr + pid)
     J = tl.load(sj_ptr + pid)
     band_end = tl.load(band_ptr + I)
-    lanes = tl.arange(0, B)
+    tl.arange(0, B)
     dims = tl.arange(0, DP)
     s1 = tl.zeros([1], tl.float64)
     s2 = tl.zeros([1], tl.float64)
@@ -312,16 +320,7 @@ def _gauss_grad_kernel(z_ptr, nrm_ptr, w_ptr, band_ptr, si_ptr, sj_ptr, outs_ptr
     first = pid * G
     t = 0
     while (t < G) & (first + t < L):
-        ri = I * B + lanes
-        cj = J * B + lanes
-        mi = ri < n
-        mj = cj < n
-        zi = tl.load(z_ptr + ri[:, None] * DP + dims[None, :], mask=mi[:, None], other=0.0)
-        zj = tl.load(z_ptr + cj[:, None] * DP + dims[None, :], mask=mj[:, None], other=0.0)
-        ni = tl.load(nrm_ptr + ri, mask=mi, other=0.0)
-        nj = tl.load(nrm_ptr + cj, mask=mj, other=0.0)
-        y = ni[:, None] + nj[None, :] - 2.0 * tl.dot(zi, tl.trans(zj), input_precision=PREC)
-        y = tl.maximum(y, 0.0)
+        ri, cj, mi, mj, zi, zj, y = _tile_sqdist(z_ptr, nrm_ptr, I, J, n, B, DP, PREC)
         y = tl.where((cj[None, :] > ri[:, None]) & mj[None, :], y, float("inf"))  # upper triangle only
         q = _exp2(y * -0.36067376022224085, FAST)  # exp(−Y/4): 0.25·log₂e
         if WEIGHTED:
@@ -379,22 +378,13 @@ def _pairhist_kernel(z_ptr, nrm_ptr, w_ptr, band_ptr, si_ptr, sj_ptr, hist_ptr, 
     I = tl.load(si_ptr + pid)
     J = tl.load(sj_ptr + pid)
     band_end = tl.load(band_ptr + I)
-    lanes = tl.arange(0, B)
-    dims = tl.arange(0, DP)
+    tl.arange(0, B)
+    tl.arange(0, DP)
     base = hist_ptr + pid.to(tl.int64) * (NB + 1) * 4
     first = pid * G
     t = 0
     while (t < G) & (first + t < L):
-        ri = I * B + lanes
-        cj = J * B + lanes
-        mi = ri < n
-        mj = cj < n
-        zi = tl.load(z_ptr + ri[:, None] * DP + dims[None, :], mask=mi[:, None], other=0.0)
-        zj = tl.load(z_ptr + cj[:, None] * DP + dims[None, :], mask=mj[:, None], other=0.0)
-        ni = tl.load(nrm_ptr + ri, mask=mi, other=0.0)
-        nj = tl.load(nrm_ptr + cj, mask=mj, other=0.0)
-        y = ni[:, None] + nj[None, :] - 2.0 * tl.dot(zi, tl.trans(zj), input_precision=PREC)
-        y = tl.maximum(y, 0.0)
+        ri, cj, mi, mj, _zi, _zj, y = _tile_sqdist(z_ptr, nrm_ptr, I, J, n, B, DP, PREC)
         valid = (cj[None, :] > ri[:, None]) & mj[None, :]
         under = y < y_floor
         u = tl.log2(tl.maximum(y, y_floor))
