@@ -92,19 +92,24 @@ class _Queries:
     names: list[str] | None
 
 
+def _in_memory(A: Any, name: str) -> tuple[Any, list[str] | None]:
+    """A 2-D in-memory input as a CPU tensor, DataFrame or ndarray, and its column names (None without)."""
+    if isinstance(A, torch.Tensor):
+        A = A.detach().cpu()
+    if not hasattr(A, "iloc") and not isinstance(A, torch.Tensor):
+        A = np.asarray(A)
+    if A.ndim != 2:
+        raise InputError(f"'{name}' must be 2-dimensional (rows × columns). Got shape {tuple(A.shape)} instead.")
+    return A, ([str(c) for c in A.columns] if hasattr(A, "columns") else None)
+
+
 def _queries(Y: Any) -> _Queries:
     import dask
 
     if is_dask(Y):
         qb = row_blocks(Y, "Y")
         return _Queries(qb.parts, qb.sizes, True, qb.n_features, qb.names)
-    if isinstance(Y, torch.Tensor):
-        Y = Y.detach().cpu()
-    if not hasattr(Y, "iloc") and not isinstance(Y, torch.Tensor):
-        Y = np.asarray(Y)
-    if Y.ndim != 2:
-        raise InputError(f"'Y' must be 2-dimensional (rows × columns). Got shape {tuple(Y.shape)} instead.")
-    names = [str(c) for c in Y.columns] if hasattr(Y, "columns") else None
+    Y, names = _in_memory(Y, "Y")
     return _Queries([dask.delayed(Y, pure=True)], [len(Y)], False, int(Y.shape[1]), names)
 
 
@@ -113,13 +118,7 @@ def _references(X: Any) -> RowBlocks:
 
     if is_dask(X):
         return row_blocks(X, "X")
-    if isinstance(X, torch.Tensor):
-        X = X.detach().cpu()
-    if not hasattr(X, "iloc") and not isinstance(X, torch.Tensor):
-        X = np.asarray(X)
-    if X.ndim != 2:
-        raise InputError(f"'X' must be 2-dimensional (rows × columns). Got shape {tuple(X.shape)} instead.")
-    names = [str(c) for c in X.columns] if hasattr(X, "columns") else None
+    X, names = _in_memory(X, "X")
     return RowBlocks([dask.delayed(X, pure=True)], np.array([0, len(X)], dtype=np.int64), int(X.shape[1]), names,
                      np.dtype(object), frame=names is not None)
 
