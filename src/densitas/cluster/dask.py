@@ -257,13 +257,7 @@ def fit_dask(est: Any, X: Any, callback: Any = None, compute_labels: bool = True
         if best is None or final.objective < best[0]:
             best = (final.objective, C, history, len(history), shift, method)
     objective, C, history, n_iter, shift, method = best
-    est.cluster_centers_ = C.cpu().numpy()
-    est.fuzzifier_ = q
-    est.n_iter_ = n_iter
-    est.objective_ = np.asarray(history, dtype=np.float64)
-    est.inertia_ = float(objective)
-    est.centroid_update_ = method
-    est._n_features_out = k
+    est._set_fitted(C, q, history, n_iter, objective, method, k)
     if compute_labels:
         est.labels_ = _map_rows(est, blocks, "labels", C, shift, plan)
     return est

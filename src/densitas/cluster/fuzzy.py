@@ -341,9 +341,14 @@ class FuzzyKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixi
             if best is None or final.objective < best[0]:
                 best = (final.objective, C, history, n_iter, final.labels)
         objective, C, history, n_iter, labels = best
-        self.cluster_centers_ = C.cpu().numpy()
         if labels is not None:
             self.labels_ = labels
+        return self._set_fitted(C, q, history, n_iter, objective, method, k)
+
+    def _set_fitted(self, C: torch.Tensor, q: float, history: list[float], n_iter: int, objective: float,
+                    method: str, k: int) -> FuzzyKMeans:
+        """The fitted attributes of the best run (shared by the single-machine and the Dask fit)."""
+        self.cluster_centers_ = C.cpu().numpy()
         self.fuzzifier_ = q
         self.n_iter_ = n_iter
         self.objective_ = np.asarray(history, dtype=np.float64)
