@@ -80,14 +80,16 @@ class PairHistogram:
     grid: HistogramGrid
     moments: torch.Tensor  # (bins + 1, MOMENTS) float64
 
+    def __post_init__(self) -> None:
+        self._centres = self.grid.centres(self.moments.device)[None, :]  # every later sums() call reuses them
+
     def sums(self, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``S(a)`` and its truncation-error bound for each entry of ``a`` (float64 tensors, shape of ``a``)."""
         a = a.to(self.moments)
         shape = a.shape
         a = a.reshape(-1, 1)
         m = self.moments
-        yc = self.grid.centres(m.device)[None, :]
-        x = a * yc
+        x = a * self._centres
         e = torch.exp(-x)
         logb = e * (m[None, 1:, 0] - x * m[None, 1:, 1] + x * x / 2.0 * m[None, 1:, 2]
                     - x * x * x / 6.0 * m[None, 1:, 3])
