@@ -187,3 +187,14 @@ def test_overlapping_policy_blocks_restore_once(monkeypatch, two_threads):
     assert torch.get_num_threads() == 1  # the second block is still running
     second.__exit__(None, None, None)
     assert torch.get_num_threads() == 2
+
+
+def test_tied_pairs_of_all_columns_at_once_equal_per_column_unique(rng):
+    """The batched count (one sort of every column) equals a per-column ``unique`` count, weighted or not."""
+    x = torch.from_numpy(rng.integers(0, 6, size=(300, 4)).astype(float))
+    x[:, 3] = torch.from_numpy(rng.normal(size=300))  # a column without ties
+    for w in (None, torch.from_numpy(rng.uniform(0.5, 2.0, 300))):
+        got = sel._tied_pairs_per_column(x, w)
+        want = [TieReport.of(x[:, j:j + 1], w, 300.0, 300.0).tied_pairs for j in range(4)]
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+        assert got[3] == 0.0

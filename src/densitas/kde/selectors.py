@@ -257,15 +257,39 @@ class TieReport:
         groups = int(inverse.max()) + 1
         total = torch.zeros(groups, dtype=torch.float64, device=x.device).index_add_(0, inverse, wt)
         squares = torch.zeros(groups, dtype=torch.float64, device=x.device).index_add_(0, inverse, wt * wt)
-        tied = float(((total * total - squares) / 2.0).sum())
+        return cls.from_pairs(float(((total * total - squares) / 2.0).sum()), d, n, sum_w2)
+
+    @classmethod
+    def from_pairs(cls, tied: float, d: int, n: float, sum_w2: float) -> TieReport:
+        """The report of ``tied`` (Σ w_i w_j over exactly tied pairs) in ``d`` dimensions."""
         coef = (sum_w2 + 2.0 * tied) / (n * n) - 2.0 ** (d / 2 + 1) * (sum_w2 - n + 2.0 * tied) / (n * (n - 1.0))
         return cls(tied, coef)
 
 
+def _tied_pairs_per_column(x: torch.Tensor, w: torch.Tensor | None) -> list[float]:
+    """``Σ_{i<j, x_ij = x_jj} w_i w_j`` for every column of ``x`` (n, d) at once: one sort of all columns, the
+    runs of equal values summed with one scatter, one read-back (a per-column ``unique`` costs d round trips)."""
+    n, d = x.shape
+    vals, order = torch.sort(x, dim=0)
+    wt = torch.ones_like(vals) if w is None else w[order]
+    new_run = torch.ones_like(vals, dtype=torch.long)
+    new_run[1:] = (vals[1:] != vals[:-1]).long()
+    run = torch.cumsum(new_run, 0) - 1 + torch.arange(d, device=x.device) * n  # (row, column) → run id
+    total = torch.zeros(n * d, dtype=torch.float64, device=x.device).index_add_(0, run.reshape(-1), wt.reshape(-1))
+    squares = torch.zeros(n * d, dtype=torch.float64, device=x.device).index_add_(0, run.reshape(-1),
+                                                                                   (wt * wt).reshape(-1))
+    per_run = (total * total - squares) / 2.0
+    return per_run.reshape(d, n).sum(1).cpu().tolist()
+
+
 def _tied_columns(s: Sample) -> list[str]:
     """Columns along which LSCV is unbounded below as the bandwidth goes to 0 (named in a warning), or []."""
-    cols = [s.names[j] for j in range(s.d) if TieReport.of(s.x2[:, j:j + 1], s.w, s.n, s.sum_w2).degenerate]
-    if not cols and s.d > 1 and TieReport.of(s.x2, s.w, s.n, s.sum_w2).degenerate:
+    tied = _tied_pairs_per_column(s.x2, s.w)
+    cols = [s.names[j] for j in range(s.d) if TieReport.from_pairs(tied[j], 1, s.n, s.sum_w2).degenerate]
+    # Tied rows are tied in every column, so their Σ w w is at most min(tied); the coefficient falls as that sum
+    # grows, so the row check (a unique over whole rows) runs only when the bound itself is degenerate.
+    if not cols and s.d > 1 and TieReport.from_pairs(min(tied), s.d, s.n, s.sum_w2).degenerate \
+            and TieReport.of(s.x2, s.w, s.n, s.sum_w2).degenerate:
         cols = list(s.names)  # duplicated rows, though no column alone is degenerate
     return cols
 
