@@ -113,3 +113,12 @@ def test_pruned_hermite_sum_skips_far_tiles_exactly(rng, weighted):
     with use_backend("triton"):
         got = hermite_sum(x, w, 0.7, 4, prune=True)
     assert got == pytest.approx(want, rel=2e-6)
+
+
+@pytest.mark.parametrize("bad", [{"y_floor": 0.0}, {"y_floor": -1.0}, {"y_hi": float("nan")}, {"y_hi": float("inf")}])
+def test_histogram_bad_range_names_the_parameter(bad):
+    from densitas.exceptions import InputError
+
+    kw = {"y_floor": 1e-6, "y_hi": 10.0, **bad}
+    with pytest.raises(InputError):
+        pairhist.pair_histogram(torch.zeros(3, 1, dtype=torch.float64), None, **kw)

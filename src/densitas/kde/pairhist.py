@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from densitas._backend.dispatch import register, select
+from densitas.exceptions import InputError
 
 __all__ = ["BINS_PER_OCTAVE", "GridMinimum", "PairHistogram", "minimise_on_grids", "pair_histogram"]
 
@@ -43,7 +44,17 @@ class HistogramGrid:
 
     @classmethod
     def covering(cls, y_floor: float, y_hi: float, bins_per_octave: int = BINS_PER_OCTAVE) -> HistogramGrid:
-        """Bins from ``y_floor`` to at least ``y_hi``."""
+        """Bins from ``y_floor`` to at least ``y_hi``.
+
+        Examples
+        --------
+        >>> HistogramGrid.covering(1e-6, 100.0, bins_per_octave=4).bins
+        108
+        """
+        for name, value in (("y_floor", y_floor), ("y_hi", y_hi), ("bins_per_octave", bins_per_octave)):
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise InputError(f"The '{name}' parameter of pair_histogram must be a positive finite number. "
+                                 f"Got {value!r} instead.")
         u_lo = math.log2(y_floor)
         rho = 1.0 / bins_per_octave
         bins = max(1, math.ceil((math.log2(max(y_hi, y_floor * 2.0)) - u_lo) / rho) + 1)
@@ -109,6 +120,13 @@ def pair_histogram(z: torch.Tensor, w: torch.Tensor | None, *, y_floor: float, y
 
     ``y_hi`` must bound every ``Y_ij`` (``4 max_i ‖z_i − c‖²`` for any centre ``c`` does); larger pairs are kept in
     the last bin, where the error bound no longer holds.
+
+    Examples
+    --------
+    >>> z = torch.tensor([[0.0], [2.0]], dtype=torch.float64)
+    >>> hist = pair_histogram(z, None, y_floor=1e-6, y_hi=16.0)
+    >>> float(hist.moments[:, 0].sum())  # one pair, weight 1
+    1.0
     """
     return histogram_on(z, w, HistogramGrid.covering(y_floor, y_hi, bins_per_octave))
 
@@ -121,7 +139,13 @@ def histogram_on(z: torch.Tensor, w: torch.Tensor | None, grid: HistogramGrid) -
 
 @dataclass(frozen=True)
 class GridMinimum:
-    """Where :func:`minimise_on_grids` found the minimum."""
+    """Where :func:`minimise_on_grids` found the minimum.
+
+    Examples
+    --------
+    >>> GridMinimum(h=0.3, value=-0.1, at_edge=False, trusted=True).h
+    0.3
+    """
 
     h: float
     value: float
