@@ -204,17 +204,43 @@ def _exact_order(dist: torch.Tensor, idx: torch.Tensor, k: int) -> tuple[torch.T
     return d1.gather(1, order), i1.gather(1, order)
 
 
-def _rerank(Q64: torch.Tensor, R64: torch.Tensor, idx: torch.Tensor, cosine: bool) -> torch.Tensor:
-    """Float64 squared Euclidean (or cosine) distances of each query to its candidates (inf for padding)."""
-    valid = idx < R64.shape[0]
-    cand = R64[idx.clamp(max=R64.shape[0] - 1)]
-    if cosine:
+def _rerank(Q64: torch.Tensor, R: torch.Tensor, idx: torch.Tensor, metric: str) -> torch.Tensor:
+    """Float64 distances of each query to its candidates (inf for padding): ``metric`` "sqeuclidean", "cosine"
+    (1 − cos), or "unit" (squared Euclidean between the unit vectors). The candidates are gathered from ``R``
+    (float32 or float64) and widened to float64 — exactly, so no float64 copy of the references is needed."""
+    valid = idx < R.shape[0]
+    cand = R[idx.clamp(max=R.shape[0] - 1)].to(torch.float64)
+    if metric == "cosine":
         num = (Q64[:, None, :] * cand).sum(-1)
         den = Q64.norm(dim=1)[:, None] * cand.norm(dim=2)
         dist = 1.0 - num / den
     else:
+        if metric == "unit":
+            cand = cand / cand.norm(dim=2, keepdim=True)
         dist = ((Q64[:, None, :] - cand) ** 2).sum(-1)
     return torch.where(valid, dist, torch.full_like(dist, math.inf))
+
+
+def _centred(X: torch.Tensor, cosine: bool, rows: int = 1 << 20) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """The kernel's float32 input: the references centred on their float64 mean (for cosine: the unit vectors,
+    not centred), with that mean and the largest centred norm — computed in blocks of ``rows`` rows, so the
+    extra memory is one float32 copy of the references, not float64 ones."""
+    n, d = X.shape
+    mu = torch.zeros(d, dtype=torch.float64, device=X.device)
+    if not cosine:
+        for r0 in range(0, n, rows):
+            mu += X[r0:r0 + rows].to(torch.float64).sum(0)
+        mu /= max(n, 1)
+    Xc = torch.empty((n, d), dtype=torch.float32, device=X.device)
+    cmax = torch.zeros((), dtype=torch.float64, device=X.device)
+    for r0 in range(0, n, rows):
+        w = X[r0:r0 + rows].to(torch.float64)
+        if cosine:
+            w = w / w.norm(dim=1, keepdim=True)
+        w -= mu
+        cmax = torch.maximum(cmax, w.norm(dim=1).max())
+        Xc[r0:r0 + rows] = w
+    return Xc, mu, float(cmax)
 
 
 def _settle(dist: torch.Tensor, ind: torch.Tensor, kth: torch.Tensor, last: torch.Tensor, eps: torch.Tensor,
@@ -265,34 +291,26 @@ def fused_kneighbors(Y: torch.Tensor, X: torch.Tensor, k: int, *, metric: str = 
     indices : torch.Tensor of shape (m, k), int64
     """
     cosine = metric == "cosine"
-    X64, Y64 = X.to(torch.float64), Y.to(torch.float64)
-    if cosine:  # the cosine order is the Euclidean order of the unit vectors
-        Xw, Yw = X64 / X64.norm(dim=1, keepdim=True), Y64 / Y64.norm(dim=1, keepdim=True)
-        mu = torch.zeros(X64.shape[1], dtype=torch.float64, device=X.device)
-    else:
-        Xw, Yw = X64, Y64
-        mu = X64.mean(0)
-    Xc = (Xw - mu).to(torch.float32).contiguous()
-    cmax = float((Xw - mu).norm(dim=1).max()) if len(X) else 0.0
+    exact_metric = "cosine" if cosine else "sqeuclidean"
+    Xc, mu, cmax = _centred(X, cosine)
     d = X.shape[1]
     kp = _pow2(k + max(8, k // 4))
     u = 2.0**-10 if precision == "tf32" else 2.0**-23
     out_d, out_i = [], []
     for q0 in range(0, len(Y), query_chunk):
-        Yc = (Yw[q0:q0 + query_chunk] - mu)
+        q64 = Y[q0:q0 + query_chunk].to(torch.float64)
+        Yw = q64 / q64.norm(dim=1, keepdim=True) if cosine else q64
+        Yc = Yw - mu
         d2, idx = candidates(Yc.to(torch.float32), Xc, kp, precision=precision)
-        exact = _rerank(Y64[q0:q0 + query_chunk], X64, idx, cosine)
-        if cosine:  # certify on the unit vectors' squared distances (2·cosine distance)
-            ex_sq = _rerank(Yw[q0:q0 + query_chunk], Xw, idx, False)
-        else:
-            ex_sq = exact
+        exact = _rerank(q64, X, idx, exact_metric)
+        # certify on the unit vectors' squared distances (2·cosine distance) for cosine
+        ex_sq = _rerank(Yw, X, idx, "unit") if cosine else exact
         dist, ind = _exact_order(exact, idx, k)
         kth_sq = torch.sort(ex_sq, dim=1).values[:, k - 1]
         qn = Yc.norm(dim=1)
         eps = 4 * (u + d * 2.0**-23) * qn * cmax + (d + 4) * 2.0**-22 * (qn**2 + cmax**2)
-        q64 = Y64[q0:q0 + query_chunk]
         _settle(dist, ind, kth_sq, d2[:, -1], eps, len(X), kp,
-                lambda rows, ids, q64=q64: _rerank(q64[rows], X64, ids, cosine))
+                lambda rows, ids, q64=q64: _rerank(q64[rows], X, ids, exact_metric))
         out_d.append(dist)
         out_i.append(ind)
     dist, ind = torch.cat(out_d), torch.cat(out_i)

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from densitas._backend.chunking import memory_budget as default_budget
 from densitas._backend.chunking import parse_bytes
 from densitas._backend.device import DeviceLike, resolve_device
 from densitas._backend.dispatch import select
@@ -118,7 +119,8 @@ def _fused(X: torch.Tensor, Y: torch.Tensor, k: int, metric: str, dev: torch.dev
     """The fused kernel's own driver (:func:`densitas.neighbors._triton.fused_kneighbors`: one launch per
     65,536 queries over all references, float64 re-rank, certificate, exact fallback) where it applies: CUDA with
     the Triton backend, float32 references and queries on the device, (squared) Euclidean, finite values, ``d``
-    and ``k`` within the kernel's limits, and the float64 copy of the references within the memory budget.
+    and ``k`` within the kernel's limits, and its centred float32 copy of the references within the memory budget
+    (by default half the device's free memory).
     Else None: the general search."""
     if dev.type != "cuda" or metric not in ("euclidean", "sqeuclidean"):
         return None
@@ -133,8 +135,8 @@ def _fused(X: torch.Tensor, Y: torch.Tensor, k: int, metric: str, dev: torch.dev
     kp = fused._pow2(k + max(8, k // 4))
     if d > fused.MAX_D or kp > fused.MAX_KP or len(Y) == 0:
         return None
-    need = n * d * 12 + min(len(Y), 1 << 16) * kp * (d + 4) * 8  # float64 copy of X, re-rank gathers
-    if budget is not None and need > budget:
+    need = n * d * 4 + min(len(Y), 1 << 16) * kp * (d + 4) * 8  # the centred float32 copy, re-rank gathers
+    if need > (budget if budget is not None else default_budget(dev)):
         return None
     X, Y = X.to(dev), Y.to(dev)
     if not (bool(torch.isfinite(X).all()) and bool(torch.isfinite(Y).all())):
