@@ -208,3 +208,15 @@ def test_seeded_candidates_keep_only_values_below_the_seed(m, n, d, kp, splits):
         floor = min(float(seed[j]), float(dist[j, -1]))
         dropped = [float(v) for v, i in zip(rd[j], ri[j], strict=True) if int(i) not in returned]
         assert all(v >= floor for v in dropped), f"query {j}, seed {SEED}"
+
+
+def test_candidates_refuses_more_rows_than_a_key_can_number(monkeypatch):
+    """A key keeps the reference row in 32 bits: past MAX_ROWS rows the kernel would return wrong indices."""
+    from densitas.exceptions import InputError
+
+    monkeypatch.setattr(fused, "MAX_ROWS", 9)
+    X = torch.randn(10, 3)
+    with pytest.raises(InputError) as err:
+        fused.candidates(X[:2], X, 16)
+    assert "'R'" in str(err.value)
+    fused.candidates(X[:2], X[:9], 16)  # at the limit: accepted

@@ -27,11 +27,12 @@ import triton.language as tl
 
 from densitas.exceptions import InputError
 
-__all__ = ["MAX_D", "MAX_KP", "candidates", "fused_applies", "fused_kneighbors", "masked_kneighbors",
+__all__ = ["MAX_D", "MAX_KP", "MAX_ROWS", "candidates", "fused_applies", "fused_kneighbors", "masked_kneighbors",
            "mixed_kneighbors", "tile_topk"]
 
 MAX_KP = 256  # the largest candidate list kept on chip; larger k takes the GEMM + topk path
 MAX_D = 256  # the widest rows one dot covers; wider data takes the GEMM + topk path
+MAX_ROWS = (1 << 32) - MAX_KP - 1  # references per launch: row numbers are the low 32 bits of a key
 SHARED_BYTES = 200_000  # what the launch settings may ask of shared memory (the H200 has 227 kB per block)
 _INF_BITS = 0x7F800000  # float32 +inf
 
@@ -48,7 +49,9 @@ def _tile(q, R, qn, RN, best, thresh, seed, rnmax, cols, n, d, stride_r,
     cmask = cols < n
     dk = tl.arange(0, BD)
     dmask = dk < d
-    r = tl.load(R + cols[:, None] * stride_r + dk[None, :], mask=cmask[:, None] & dmask[None, :], other=0.0)
+    # 64-bit offsets: 10⁸ references × 64 columns is past 2³¹ elements
+    r = tl.load(R + cols[:, None].to(tl.int64) * stride_r + dk[None, :], mask=cmask[:, None] & dmask[None, :],
+                other=0.0)
     acc = tl.dot(q, tl.trans(r), input_precision=PRECISION)
     rn = tl.load(RN + cols, mask=cmask, other=float("inf"))  # +inf: references past the end never enter
     smin = tl.min(rn[None, :] - 2.0 * acc, axis=1)
@@ -97,7 +100,8 @@ def _knn_kernel(Q, R, QN, RN, RNMAX, SEED, OUT, m, n, d, n_per_split,
     thresh = seed
     rnmax = tl.load(RNMAX)
     dk = tl.arange(0, BD)  # the block's queries are loaded once, not once per tile
-    q = tl.load(Q + rows[:, None] * stride_q + dk[None, :], mask=rmask[:, None] & (dk < d)[None, :], other=0.0)
+    q = tl.load(Q + rows[:, None].to(tl.int64) * stride_q + dk[None, :], mask=rmask[:, None] & (dk < d)[None, :],
+                other=0.0)
     if INTERPRETED:  # the interpreter runs no range() over a runtime bound; a while loop is the same walk
         c0 = 0
         while c0 < n_per_split:
@@ -153,6 +157,8 @@ def candidates(Q: torch.Tensor, R: torch.Tensor, kp: int, *, precision: str = "t
     n = R.shape[0]
     if kp != _pow2(kp) or kp > MAX_KP:
         raise InputError(f"The 'kp' parameter of candidates must be a power of two <= {MAX_KP}. Got {kp} instead.")
+    if n > MAX_ROWS:  # a key holds the reference's row in its low 32 bits, the padding takes the top MAX_KP
+        raise InputError(f"The 'R' parameter of candidates must have at most {MAX_ROWS:,} rows. Got {n:,} instead.")
     Q, R = Q.contiguous(), R.contiguous()
     if with_norms:
         qn, rn = (Q * Q).sum(1), (R * R).sum(1)

@@ -133,7 +133,7 @@ def _fused(X: torch.Tensor, Y: torch.Tensor, k: int, metric: str, dev: torch.dev
 
     n, d = X.shape
     kp = fused._pow2(k + max(8, k // 4))
-    if d > fused.MAX_D or kp > fused.MAX_KP or len(Y) == 0:
+    if d > fused.MAX_D or kp > fused.MAX_KP or n > fused.MAX_ROWS or len(Y) == 0:
         return None
     need = n * d * 4 + min(len(Y), 1 << 16) * kp * (d + 4) * 8  # the centred float32 copy, re-rank gathers
     if need > (budget if budget is not None else default_budget(dev)):
