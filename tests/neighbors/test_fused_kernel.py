@@ -220,3 +220,27 @@ def test_candidates_refuses_more_rows_than_a_key_can_number(monkeypatch):
         fused.candidates(X[:2], X, 16)
     assert "'R'" in str(err.value)
     fused.candidates(X[:2], X[:9], 16)  # at the limit: accepted
+
+
+def test_fused_kneighbors_certifies_near_ties_with_float32_products():
+    """Candidates packed closer than the TF32 bound but farther apart than the float32 one: the TF32 pass
+    certifies none of the queries, the float32 pass all of them, and the answer is the float64 one."""
+    from sklearn.neighbors import NearestNeighbors
+
+    g = torch.Generator().manual_seed(SEED)
+    # 200 references on the unit sphere at radii 1 + U(0, 0.05) round the queries, and 50 far ones at
+    # (10, 0, 0, 0) that move the mean and the largest centred norm: the 3rd and the 16th (kp-th) squared
+    # distances differ by ~6e-3, under the TF32 bound (~6e-2) and over the float32 one (~2e-4)
+    u = torch.randn(200, 4, generator=g, dtype=torch.float64)
+    near = u / u.norm(dim=1, keepdim=True) * (1.0 + 0.05 * torch.rand(200, 1, generator=g, dtype=torch.float64))
+    far = torch.tensor([10.0, 0.0, 0.0, 0.0], dtype=torch.float64) + 0.1 * torch.randn(50, 4, generator=g,
+                                                                                      dtype=torch.float64)
+    X = torch.cat([near, far]).float()
+    Y = (1e-6 * torch.randn(5, 4, generator=g, dtype=torch.float64)).float()
+    stats: dict[str, int] = {}
+    D, I_ = fused.fused_kneighbors(Y, X, 3, metric="sqeuclidean", stats=stats)
+    rd, ri = NearestNeighbors(n_neighbors=3, algorithm="brute").fit(X.double().numpy()).kneighbors(Y.double().numpy())
+    np.testing.assert_allclose(D.numpy(), rd**2, rtol=1e-9, atol=1e-15)
+    assert (I_.numpy() == ri).all()
+    assert stats["queries"] == 5 and stats["uncertified"] == 5, stats
+    assert stats["uncertified_ieee"] == 0, stats

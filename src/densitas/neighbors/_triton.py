@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -249,6 +250,49 @@ def _centred(X: torch.Tensor, cosine: bool, rows: int = 1 << 20) -> tuple[torch.
     return Xc, mu, float(cmax)
 
 
+def _certified(kth: torch.Tensor, last: torch.Tensor, eps: torch.Tensor, n: int, kp: int) -> torch.Tensor:
+    """Queries whose exact k-th value ``kth`` is below the kernel's ``kp``-th value ``last`` less its rounding
+    bound ``eps`` (no reference outside the candidates can then be nearer), or that saw every reference."""
+    return (kth < last.to(torch.float64) - eps) | (n <= kp)
+
+
+@dataclass
+class _Ranked:
+    """One candidate pass of a batch of queries: the exact first k (``dist``, ``ind``), the exact k-th squared
+    value ``kth`` the certificate compares, the kernel's ``kp``-th value ``last`` and its rounding bound ``eps``."""
+
+    dist: torch.Tensor
+    ind: torch.Tensor
+    kth: torch.Tensor
+    last: torch.Tensor
+    eps: torch.Tensor
+
+    def replace(self, rows: torch.Tensor, other: _Ranked) -> None:
+        """Take ``other``'s values (a pass over the queries ``rows`` only) for those rows."""
+        for name in ("dist", "ind", "kth", "last", "eps"):
+            getattr(self, name)[rows] = getattr(other, name)
+
+
+# the relative rounding of one input of the kernel's dot products, by precision (TF32: 10 mantissa bits)
+_DOT_ROUNDOFF = {"tf32": 2.0**-10, "ieee": 2.0**-23}
+
+
+def _candidate_pass(q64: torch.Tensor, Yw: torch.Tensor, Yc: torch.Tensor, X: torch.Tensor, Xc: torch.Tensor,
+                    cmax: float, k: int, kp: int, precision: str, metric: str) -> _Ranked:
+    """The kernel's ``kp`` candidates of the centred queries ``Yc``, re-ranked exactly in float64 against ``X``
+    (``q64``: the queries as given; ``Yw``: as compared, the unit vectors for cosine), with the bound
+    ``ε = 4·(u + d·2⁻²³)·‖q‖·max‖c‖ + (d + 4)·2⁻²²·(‖q‖² + max‖c‖²)`` of the kernel's rounding."""
+    d2, idx = candidates(Yc.to(torch.float32), Xc, kp, precision=precision)
+    exact = _rerank(q64, X, idx, metric)
+    # certify on the unit vectors' squared distances (2·cosine distance) for cosine
+    ex_sq = _rerank(Yw, X, idx, "unit") if metric == "cosine" else exact
+    dist, ind = _exact_order(exact, idx, k)
+    qn = Yc.norm(dim=1)
+    d = X.shape[1]
+    eps = 4 * (_DOT_ROUNDOFF[precision] + d * 2.0**-23) * qn * cmax + (d + 4) * 2.0**-22 * (qn**2 + cmax**2)
+    return _Ranked(dist, ind, torch.sort(ex_sq, dim=1).values[:, k - 1], d2[:, -1], eps)
+
+
 def _settle(dist: torch.Tensor, ind: torch.Tensor, kth: torch.Tensor, last: torch.Tensor, eps: torch.Tensor,
             n: int, kp: int, exact: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
     """The certificate and its fallback, shared by every driver: a query is certified when its exact k-th value
@@ -256,8 +300,7 @@ def _settle(dist: torch.Tensor, ind: torch.Tensor, kth: torch.Tensor, last: torc
     the candidates can then be nearer) or when every reference is a candidate; the others are recomputed, in
     place, by float64 brute force over the references in chunks. ``exact(rows, ids)``: the exact values of the
     queries ``rows`` (positions in this batch) against the references ``ids`` (len(rows), c)."""
-    ok = (kth < last.to(torch.float64) - eps) | (n <= kp)
-    bad = torch.nonzero(~ok).flatten()
+    bad = torch.nonzero(~_certified(kth, last, eps, n, kp)).flatten()
     if not len(bad):
         return
     k = dist.shape[1]
@@ -271,15 +314,18 @@ def _settle(dist: torch.Tensor, ind: torch.Tensor, kth: torch.Tensor, last: torc
 
 
 def fused_kneighbors(Y: torch.Tensor, X: torch.Tensor, k: int, *, metric: str = "euclidean",
-                     precision: str = "tf32", query_chunk: int = 1 << 16) -> tuple[torch.Tensor, torch.Tensor]:
+                     precision: str = "tf32", query_chunk: int = 1 << 16,
+                     stats: dict[str, int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact k nearest rows of ``X`` for each row of ``Y`` through the fused kernel, certified in float64.
 
     The kernel returns ``kp ≥ k + max(8, k/4)`` candidates per query by TF32 distances of centred data. Their
     exact float64 distances are computed and sorted (ties by the lower index). A query is *certified* when its
     exact k-th distance is below the kernel's ``kp``-th distance less the kernel's rounding bound
     ``ε = 4·(2⁻¹⁰ + d·2⁻²³)·‖q‖·max‖c‖ + (d + 4)·2⁻²²·(‖q‖² + max‖c‖²)`` (TF32 inputs: 10-bit mantissas): no
-    reference outside the candidates can then be nearer. The rest (rare: near-ties at the boundary of the
-    candidate list) are recomputed by float64 brute force. So the answer equals the float64 reference.
+    reference outside the candidates can then be nearer. The rest (near-ties at the boundary of the candidate
+    list; more of them the more references there are) run the kernel again with float32 products (``u = 2⁻²³``),
+    and those still uncertified are recomputed by float64 brute force. So the answer equals the float64
+    reference.
 
     Parameters
     ----------
@@ -290,6 +336,11 @@ def fused_kneighbors(Y: torch.Tensor, X: torch.Tensor, k: int, *, metric: str = 
     metric : {"euclidean", "sqeuclidean", "cosine"}
     precision : {"tf32", "ieee"}
         The kernel's dot-product precision (the result is exact either way).
+    query_chunk : int
+        Queries per launch.
+    stats : dict, optional
+        Filled with counts: ``queries``, ``uncertified`` (after the first pass) and ``uncertified_ieee`` (after
+        the float32 pass, the ones brute force recomputes).
 
     Returns
     -------
@@ -299,26 +350,27 @@ def fused_kneighbors(Y: torch.Tensor, X: torch.Tensor, k: int, *, metric: str = 
     cosine = metric == "cosine"
     exact_metric = "cosine" if cosine else "sqeuclidean"
     Xc, mu, cmax = _centred(X, cosine)
-    d = X.shape[1]
     kp = _pow2(k + max(8, k // 4))
-    u = 2.0**-10 if precision == "tf32" else 2.0**-23
     out_d, out_i = [], []
     for q0 in range(0, len(Y), query_chunk):
         q64 = Y[q0:q0 + query_chunk].to(torch.float64)
         Yw = q64 / q64.norm(dim=1, keepdim=True) if cosine else q64
         Yc = Yw - mu
-        d2, idx = candidates(Yc.to(torch.float32), Xc, kp, precision=precision)
-        exact = _rerank(q64, X, idx, exact_metric)
-        # certify on the unit vectors' squared distances (2·cosine distance) for cosine
-        ex_sq = _rerank(Yw, X, idx, "unit") if cosine else exact
-        dist, ind = _exact_order(exact, idx, k)
-        kth_sq = torch.sort(ex_sq, dim=1).values[:, k - 1]
-        qn = Yc.norm(dim=1)
-        eps = 4 * (u + d * 2.0**-23) * qn * cmax + (d + 4) * 2.0**-22 * (qn**2 + cmax**2)
-        _settle(dist, ind, kth_sq, d2[:, -1], eps, len(X), kp,
+        ranked = _candidate_pass(q64, Yw, Yc, X, Xc, cmax, k, kp, precision, exact_metric)
+        bad = torch.nonzero(~_certified(ranked.kth, ranked.last, ranked.eps, len(X), kp)).flatten()
+        if stats is not None:
+            stats["queries"] = stats.get("queries", 0) + len(q64)
+            stats["uncertified"] = stats.get("uncertified", 0) + len(bad)
+        if len(bad) and precision != "ieee":  # once more with float32 products: a bound 2¹³ times tighter
+            ranked.replace(bad, _candidate_pass(q64[bad], Yw[bad], Yc[bad], X, Xc, cmax, k, kp, "ieee",
+                                                exact_metric))
+            if stats is not None:
+                stats["uncertified_ieee"] = stats.get("uncertified_ieee", 0) + int(
+                    (~_certified(ranked.kth[bad], ranked.last[bad], ranked.eps[bad], len(X), kp)).sum())
+        _settle(ranked.dist, ranked.ind, ranked.kth, ranked.last, ranked.eps, len(X), kp,
                 lambda rows, ids, q64=q64: _rerank(q64[rows], X, ids, exact_metric))
-        out_d.append(dist)
-        out_i.append(ind)
+        out_d.append(ranked.dist)
+        out_i.append(ranked.ind)
     dist, ind = torch.cat(out_d), torch.cat(out_i)
     if metric == "euclidean":
         dist = dist.sqrt()
