@@ -5,8 +5,9 @@ One run, on one host: for 1, 2, 4 (… up to the GPUs present, or ``--gpus``) wo
 one ``Nanny`` process per GPU with ``CUDA_VISIBLE_DEVICES`` set in its environment):
 
 1. **kNN** — ``kneighbors(X, Y, k=10)``, X = 10⁸ × 64 float32 references, Y = 100,000 queries (issue 14's row):
-   the references are generated **on the workers** (``--knn-blocks`` blocks, 8 by default: 1.25·10⁷ rows, 3.2 GB
-   each, pinned round-robin to the workers so that 1, 2, 4 or 8 GPUs hold equal shares, kept on the GPU as
+   the references are generated **on the workers** (``--knn-blocks`` blocks; by default as many as the largest
+   worker count, one per GPU there — fewer, larger blocks cost less than many: one fused search per block —
+   pinned round-robin to the workers so that 1, 2, 4 or 8 GPUs hold equal shares, kept on the GPU as
    tensors), the queries on one worker; the
    time is the whole ``dask.compute`` of distances and indices (per-block fused searches + merge tree), median
    of ``--repeats`` after one warm-up (Triton compilation).
@@ -58,7 +59,7 @@ class Sizes:
 
 
 FULL = Sizes(n_refs=10**8, n_queries=100_000, d_knn=64, k=10, n_points=10**8, d_km=10, clusters=10,
-             knn_blocks=8, km_blocks=0, device="auto")
+             knn_blocks=0, km_blocks=0, device="auto")
 SMALL = Sizes(n_refs=40_000, n_queries=500, d_knn=16, k=10, n_points=200_000, d_km=10, clusters=10, knn_blocks=4,
               km_blocks=4, device="cpu")
 
@@ -266,12 +267,11 @@ def main() -> None:
     ap.add_argument("--gpus", type=int, nargs="*", help="worker counts (default 1, 2, 4 up to the GPUs present)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--iters", type=int, default=22, help="fuzzy k-means updates of the long fit")
-    ap.add_argument("--knn-blocks", type=int, help="reference blocks (default 8; --small 4)")
+    ap.add_argument("--knn-blocks", type=int, help="reference blocks (default: the largest worker count; --small 4)")
     ap.add_argument("--km-blocks", type=int, help="fuzzy k-means blocks (default: the largest worker count)")
     ap.add_argument("--skip", choices=("knn", "kmeans"), nargs="*", default=[])
     args = ap.parse_args()
     sz = SMALL if args.small else FULL
-    sz.knn_blocks = args.knn_blocks or sz.knn_blocks
     import dask
     import distributed
 
@@ -280,6 +280,7 @@ def main() -> None:
     dask.config.set({"distributed.scheduler.work-stealing": False})  # each block's task runs where the block is
     available = 2 if args.small else torch.cuda.device_count()
     counts = args.gpus or [g for g in (1, 2, 4, 8) if g <= max(available, 1)]
+    sz.knn_blocks = args.knn_blocks or sz.knn_blocks or max(counts)
     sz.km_blocks = args.km_blocks or sz.km_blocks or max(counts)
     device = "cpu (--small)" if args.small else torch.cuda.get_device_name(0)
     print(f"# bench_dask: {device} × {available}; dask workers {counts}; kNN {sz.n_queries:,} × {sz.n_refs:,}, "
