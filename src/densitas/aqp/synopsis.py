@@ -68,6 +68,19 @@ class _Forest:
 
 
 @dataclass
+class _Rows:
+    """The sample rows a query reads, in sample order (so by group): every row where a target or an auxiliary of
+    the query can be non-zero, and maybe more (:meth:`Synopsis._rows`); the estimator treats the others in
+    closed form (:mod:`densitas.aqp.estimator`)."""
+
+    idx: np.ndarray  # (m,) positions in the sample
+    gid: np.ndarray  # (m,) group
+    bins: np.ndarray  # (m, J) fine bin per column (0 = NULL)
+    vals: np.ndarray  # (m, J) values, NaN where NULL
+    inside: np.ndarray  # (m,) whether the row is in the query's box
+
+
+@dataclass
 class Pair(StoredPair):
     """A stored pair grid as the model uses it (:class:`~densitas.aqp.store.StoredPair`, ``res`` the resolution
     its maps reach) with what the model derives from it."""
@@ -113,7 +126,9 @@ class Synopsis:
         self._moment_cache: dict = {}
         self._label_cache: dict = {}
         self._s_bins: np.ndarray | None = None
-        self._last_inside: tuple | None = None
+        self._bin_order: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._cell_bounds: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self.read_all_rows = False  # the reference computation: every sample row enters every query
 
     # ---- query resolution -------------------------------------------------------------------------------
     def size_bytes(self) -> int:
@@ -248,7 +263,7 @@ class Synopsis:
             nn = self._count_key(a.column)
             needs += [nn] if a.func == "count" else [("s", j), nn]
         keys = list(dict.fromkeys([("n", None), *needs]))  # row counts always: empty groups are dropped
-        est, var_fn = (self._grid if method == "grid" else self._kde)(cols, box, keys)
+        est, var_fn, support = (self._grid if method == "grid" else self._kde)(cols, box, keys)
 
         # output groups
         gids = np.flatnonzero(gmask)
@@ -267,7 +282,7 @@ class Synopsis:
         else:
             codes = np.zeros(len(gids), dtype=np.int64)
             out, m = {}, 1
-        sup = self._support(list(cols), box)[gids] if method == "grid" else np.full(len(gids), np.inf)
+        sup = support[gids]
         sampled = np.isfinite(sup)
         thin = (np.bincount(codes, sampled, minlength=m) > 0) & \
             (np.bincount(codes, np.where(sampled, sup, 0.0), minlength=m) < MIN_SUPPORT)
@@ -371,11 +386,12 @@ class Synopsis:
         count = self.N * np.prod(E, axis=0) if E else self.N.copy()
         if not S:  # no predicate: the fine histograms hold every total exactly
             est = np.stack([self._unboxed_total(k) for k in keys], axis=1)
-            return est, lambda gids, ks, ws: np.zeros(len(gids))
+            return est, lambda gids, ks, ws: np.zeros(len(gids)), self._support(None)
         keyphis = [self._key_factors(k, S, phis) for k in keys]
-        y = self._sample_targets(S, box, keys)
-        aux = [self._auxiliaries(k, S, phis, kp, tree, E) for k, kp in zip(keys, keyphis, strict=True)]
-        totals = regression_totals(y, aux, self.s_gid, self.N, self.n)
+        rows = self._rows(S, box, phis)
+        y = self._sample_values(keys, rows.vals) * rows.inside[:, None]
+        aux = [self._auxiliaries(k, S, phis, kp, tree, rows) for k, kp in zip(keys, keyphis, strict=True)]
+        totals = regression_totals(y, aux, rows.gid, self.N, self.n)
         rv_place = self._placement(S, phis, box)
         y2 = self._moments(tuple(keys))
         n_g = np.maximum(self.n, 1)
@@ -389,7 +405,7 @@ class Synopsis:
             place = rv_place[gids] * count[gids] ** 2 * u2m
             return totals.sampling_variance(gids, ks, ws) + place
 
-        return totals.value, var_fn
+        return totals.value, var_fn, self._support(rows)
 
     # ---- the steps of the grid estimator ----------------------------------------------------------------------
     def _forest(self, S: list[int]) -> _Forest:
@@ -457,21 +473,76 @@ class Synopsis:
             self._s_bins = b
         return self._s_bins
 
-    def _inside(self, S, box) -> np.ndarray:
-        """(n,): whether each sample row is in the box (the last box's answer is kept: a query asks twice, for
-        its targets and for its support)."""
-        key = tuple((u, tuple(box[u])) for u in S)
-        if self._last_inside is not None and self._last_inside[0] == key:
-            return self._last_inside[1]
-        inside = np.ones(len(self.s_vals), dtype=bool)
-        for u in S:
-            inside &= self._row_match(u, box[u], self.s_vals[:, u])
-        self._last_inside = (key, inside)
-        return inside
+    def _rows(self, S: list[int], box: dict, phis: dict | None) -> _Rows:
+        """The sample rows the query with box ``box`` over ``S`` reads.
 
-    def _sample_targets(self, S, box, keys) -> np.ndarray:
-        """(n, K): what each key sums on the sample rows: the row's value where the row is in the box, else 0."""
-        return self._sample_values(keys) * self._inside(S, box)[:, None]
+        A row can carry a non-zero target or auxiliary only if, for some predicate column ``u``, its fine bin of
+        ``u`` lies where the box's share ``phis[u]`` is non-zero or holds a value the condition accepts, widened
+        to the cells of ``u``'s sum grid and of the pair grids within ``S`` (auxiliaries of a cell's mean share):
+        per column a range of fine bins, whose rows are one slice of the sample sorted by that column's bin."""
+        if phis is None:
+            phis = {u: self._fractions(u, box[u]) for u in S}
+        sb = self._sample_bins()
+        if self.read_all_rows or not S:
+            idx = np.arange(len(self.s_gid))
+        else:
+            slices = []
+            for u in S:
+                lo, hi = self._bin_range(u, box[u], phis[u], S)
+                order, sorted_bins = self._sorted_by_bin(u)
+                a, b = np.searchsorted(sorted_bins, [lo, hi + 1], side="left")
+                slices.append(order[a:b])
+            if len(slices) == 1:
+                idx = np.sort(slices[0])
+            else:
+                mask = np.zeros(len(self.s_gid), dtype=bool)
+                for sl in slices:
+                    mask[sl] = True
+                idx = np.flatnonzero(mask)
+        vals = self.s_vals[idx]
+        inside = np.ones(len(idx), dtype=bool)
+        for u in S:
+            inside &= self._row_match(u, box[u], vals[:, u])
+        return _Rows(idx, self.s_gid[idx], sb[idx], vals, inside)
+
+    def _bin_range(self, u: int, ivals: list, ph: np.ndarray, S: list[int]) -> tuple[int, int]:
+        """The fine bins of ``u`` (first, last) holding every sample row the query may need (:meth:`_rows`)."""
+        info = self.infos[u]
+        hit = np.flatnonzero(np.asarray(ph).reshape(-1))
+        los, his = [int(hit[0])] if len(hit) else [], [int(hit[-1])] if len(hit) else []
+        for lo, _, hi, _ in ivals:  # the bins a value the condition accepts falls in, as _sample_bins assigns them
+            b = np.clip(np.searchsorted(info.edges, [lo, hi], side="right"), 1, max(info.bins, 1))
+            los.append(int(b[0]))
+            his.append(int(b[1]))
+        if not los:
+            return 1, 0  # no bin
+        lo, hi = min(los), max(his)
+        maps = [("sum", u)] + [(p, p.index(u)) for p in self.pairs if u in p and p[0] in S and p[1] in S]
+        first, last = lo, hi
+        for m in maps:
+            starts_of, ends_of = self._cells(m)
+            first, last = min(first, int(starts_of[lo])), max(last, int(ends_of[hi]))
+        return first, last
+
+    def _cells(self, which: tuple) -> tuple[np.ndarray, np.ndarray]:
+        """Per fine bin, the first and last fine bin of its cell in a map: ``("sum", u)`` the sum grid of ``u``,
+        ``((a, b), d)`` dimension ``d`` of the pair grid of ``(a, b)``."""
+        got = self._cell_bounds.get(which)
+        if got is None:
+            cmap = self.sums[which[1]][0] if which[0] == "sum" else self.pairs[which[0]].maps[which[1]]
+            starts = _starts(np.asarray(cmap))  # maps are monotone: a cell is a run of fine bins
+            run = np.searchsorted(starts, np.arange(len(cmap)), side="right") - 1
+            got = self._cell_bounds[which] = (starts[run], np.append(starts[1:], len(cmap))[run] - 1)
+        return got
+
+    def _sorted_by_bin(self, u: int) -> tuple[np.ndarray, np.ndarray]:
+        """The sample's positions ordered by their fine bin of ``u``, and those bins."""
+        got = self._bin_order.get(u)
+        if got is None:
+            b = self._sample_bins()[:, u]
+            order = np.argsort(b, kind="stable")
+            got = self._bin_order[u] = (order, b[order])
+        return got
 
     def support(self, q: Query) -> np.ndarray:
         """(G,): per synopsis group, the sample rows inside the query's box, or ``inf`` where the answer does not
@@ -481,12 +552,14 @@ class Synopsis:
         (:data:`MIN_SUPPORT`), which the engine reports in ``df.attrs["warnings"]``.
         """
         box, _ = self._box(q)
-        return self._support(sorted(box), box)
+        S = sorted(box)
+        return self._support(self._rows(S, box, None) if S else None)
 
-    def _support(self, S, box) -> np.ndarray:
-        if not S:
+    def _support(self, rows: _Rows | None) -> np.ndarray:
+        """(G,): :meth:`support` from the query's sample rows (None: the query has no predicate)."""
+        if rows is None:
             return np.full(len(self.N), np.inf)
-        got = np.bincount(self.s_gid, self._inside(S, box), minlength=len(self.N)).astype(np.float64)
+        got = np.bincount(rows.gid, rows.inside, minlength=len(self.N)).astype(np.float64)
         return np.where(self.n >= self.N, np.inf, got)
 
     def _root_message(self, u: int, tree: _Forest, factors: dict) -> np.ndarray:
@@ -494,22 +567,23 @@ class Synopsis:
         ``u``'s fine bin, times the bin's own factor."""
         return self._lam(u, None, tree.adj, factors)
 
-    def _auxiliaries(self, key, S, phis, kp, tree: _Forest, E: list) -> Auxiliaries:
-        """The key's auxiliary functions: each a function of one fine bin, one pair grid's cells or one sum
-        grid's cells whose population total per group the synopsis holds exactly."""
+    def _auxiliaries(self, key, S, phis, kp, tree: _Forest, rows: _Rows) -> Auxiliaries:
+        """The key's auxiliary functions on the query's sample rows ``rows``: each a function of one fine bin,
+        one pair grid's cells or one sum grid's cells whose population total per group the synopsis holds
+        exactly."""
         G = len(self.N)
-        sb, gi = self._sample_bins(), self.s_gid
-        rows, tots = [], []
+        sb, gi = rows.bins, rows.gid
+        terms, tots = [], []
         Ek = [self._expect(comp, tree.adj, kp) for comp in tree.comps]
         for u in S:  # the model's prediction given u's fine bin (all roots share the model's total)
             ci = tree.comp_of[u]
             lam = self._root_message(u, tree, kp)
             others = np.prod([Ek[c] for c in range(len(Ek)) if c != ci], axis=0) if len(Ek) > 1 else np.ones(G)
             f = lam * others[:, None]
-            rows.append(f[gi, sb[:, u]])
+            terms.append(f[gi, sb[:, u]])
             tots.append((self.fine[u] * f).sum(axis=1))
-            for row, tot in self._edge_terms(u, phis[u], f):
-                rows.append(row)
+            for row, tot in self._edge_terms(u, phis[u], f, rows):
+                terms.append(row)
                 tots.append(tot)
         for (a, b), pair in self.pairs.items():  # the product of the box's cell shares on each stored pair
             if a not in kp or b not in kp:
@@ -517,26 +591,26 @@ class Synopsis:
             qa = self._cell_mean(a, kp[a], pair.starts[0])
             qb = self._cell_mean(b, kp[b], pair.starts[1])
             ca, cb = pair.maps[0][sb[:, a]], pair.maps[1][sb[:, b]]
-            rows.append(qa[gi, ca] * qb[gi, cb])
+            terms.append(qa[gi, ca] * qb[gi, cb])
             tots.append(np.bincount(pair.gid, pair.n * qa[pair.gid, pair.c[0]] * qb[pair.gid, pair.c[1]],
                                     minlength=G))
         kind, j = key
         if kind != "n":  # the row's own value times its cell's box share, through each predicate's sum grid
-            v = self._sample_values([key])[:, 0]
+            v = self._sample_values([key], rows.vals)[:, 0]
             for u in S:
                 cmap, tot = self.sums[u]
                 if (kind, j) not in tot:
                     continue
                 q = self._cell_mean(u, phis[u], _starts(cmap))
-                rows.append(v * q[gi, cmap[sb[:, u]]])
+                terms.append(v * q[gi, cmap[sb[:, u]]])
                 tots.append((q * tot[(kind, j)]).sum(axis=1))
             if j in phis and kind == "s":  # the own column: exact per-fine-bin sums
                 ph = np.broadcast_to(phis[j], (self.fine[j].shape[1],))
-                rows.append(v * ph[sb[:, j]])
+                terms.append(v * ph[sb[:, j]])
                 tots.append((self.fine[j] * self.mean[j] * ph).sum(axis=1))
-        return Auxiliaries(np.stack(rows, axis=1), np.stack(tots, axis=1))
+        return Auxiliaries.from_terms(np.stack(terms), np.stack(tots, axis=1))
 
-    def _edge_terms(self, u: int, ph: np.ndarray, f: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    def _edge_terms(self, u: int, ph: np.ndarray, f: np.ndarray, rows: _Rows) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per fine bin of ``u`` the box cuts (at most :data:`MAX_EDGE_TERMS`), an auxiliary linear in the row's
         position within the bin, ``(x − lo)/width − ½``, times the model's prediction per unit of box share: its
         total is exact from the bin's stored count and sum. It lets the regression learn on which side of the
@@ -548,7 +622,7 @@ class Synopsis:
         if info.discrete or not 0 < len(cut) <= MAX_EDGE_TERMS:
             return []
         lower, upper = info.spread()
-        v, sb, gi = self.s_vals[:, u], self._sample_bins()[:, u], self.s_gid
+        v, sb, gi = rows.vals[:, u], rows.bins[:, u], rows.gid
         out = []
         point = _point_bins(info, lower, upper)
         for b in cut:
@@ -576,8 +650,9 @@ class Synopsis:
                 rv += np.where(den > 0, num / np.where(den > 0, den, 1) ** 2, 0.0)
         return rv
 
-    def _sample_values(self, keys, rows: np.ndarray | None = None) -> np.ndarray:
-        sv = self.s_vals if rows is None else self.s_vals[rows]
+    def _sample_values(self, keys, vals: np.ndarray | None = None) -> np.ndarray:
+        """(rows, K): what each key sums on the sample rows ``vals`` (all of them by default), before the box."""
+        sv = self.s_vals if vals is None else vals
         y = np.empty((len(sv), len(keys)))
         for t, (kind, j) in enumerate(keys):
             if kind == "n":
@@ -640,7 +715,7 @@ class Synopsis:
                 out[t] = self.N[g] ** 2 * u.var(ddof=1) / (b - a) * max(0.0, 1 - (b - a) / self.N[g])
             return out
 
-        return est, var_fn
+        return est, var_fn, np.full(G, np.inf)
 
 
 def _point_bins(info: ColumnInfo, lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
