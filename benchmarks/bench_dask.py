@@ -237,17 +237,17 @@ def _touch(block, C) -> float:
 
 def round_trip(X, sz: Sizes, repeats: int) -> float:
     """Median seconds of one iteration's Dask pattern with no work: one task per block fed a fresh (k, d) array,
-    the results summed by a tree, computed from the client."""
+    the results combined as the fit combines them (:func:`densitas._dask.compute_reduced`)."""
     import dask
 
-    from densitas._dask import compute, row_blocks, tree_reduce
+    from densitas._dask import compute_reduced, row_blocks
 
     parts = row_blocks(X).parts
     task = dask.delayed(_touch, pure=True)
 
     def once() -> None:
         C = np.random.default_rng().normal(size=(sz.clusters, sz.d_km))
-        compute(tree_reduce([task(p, C) for p in parts], sum))
+        compute_reduced([task(p, C) for p in parts], sum)
 
     return median_time(once, repeats * 5)[0]
 

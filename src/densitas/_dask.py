@@ -19,8 +19,8 @@ import torch
 from densitas._backend.device import DeviceLike, resolve_device
 from densitas.exceptions import InputError
 
-__all__ = ["RowBlocks", "block_array", "block_tensor", "compute", "is_dask", "register_torch_sizeof", "row_blocks",
-           "tree_reduce"]
+__all__ = ["RowBlocks", "block_array", "block_tensor", "compute", "compute_reduced", "is_dask", "register_torch_sizeof",
+           "row_blocks", "tree_reduce"]
 
 #: Partial results combined per task of a tree reduction (kNN merges, summed partial sums).
 FAN_IN = 8
@@ -181,6 +181,25 @@ def tree_reduce(parts: list[Any], combine: Any, *args: Any) -> Any:
     while len(level) > 1:
         level = [fn(level[i:i + FAN_IN], *args) for i in range(0, len(level), FAN_IN)]
     return level[0] if len(level) == 1 else fn(level, *args)
+
+
+def compute_reduced(parts: list[Any], combine: Any, *args: Any) -> Any:
+    """``combine(list_of_parts, *args)`` of delayed partial results, computed: up to ``FAN_IN`` parts come back
+    to the client and are combined there (one hop fewer than a combine task: an iteration's round trip on a
+    cluster is about half as long), more through :func:`tree_reduce` on the workers. Both combine the same
+    parts in the same order.
+
+    Examples
+    --------
+    >>> import dask
+    >>> parts = [dask.delayed(abs)(v) for v in (-1, 2, -3)]
+    >>> compute_reduced(parts, sum)
+    6
+    """
+    if len(parts) <= FAN_IN:
+        return combine(list(compute(*parts)), *args)
+    (total,) = compute(tree_reduce(parts, combine, *args))
+    return total
 
 
 def register_torch_sizeof() -> None:

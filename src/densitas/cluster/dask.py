@@ -24,7 +24,7 @@ import torch
 
 from densitas._backend.chunking import memory_budget as default_budget
 from densitas._backend.device import resolve_device
-from densitas._dask import RowBlocks, block_tensor, compute, row_blocks, tree_reduce
+from densitas._dask import RowBlocks, block_tensor, compute, compute_reduced, row_blocks
 from densitas.cluster._data import ChunkedData, _nonfinite_message, compute_dtype
 from densitas.exceptions import InputError
 
@@ -179,12 +179,11 @@ class _Cluster:
         import dask
 
         shared = dask.delayed(C.cpu().numpy(), pure=True), dask.delayed(shift.cpu().numpy(), pure=True)
-        (total,) = compute(tree_reduce(self._each(_block_pass, *shared, self.plan, sums, False), _add))
-        return total
+        return compute_reduced(self._each(_block_pass, *shared, self.plan, sums, False), _add)
 
     def farthest(self, C: torch.Tensor, shift: torch.Tensor, count: int) -> np.ndarray:
-        (v, _i, x), = compute(tree_reduce(self._each(_block_farthest, C.cpu().numpy(), shift.cpu().numpy(),
-                                                     self.plan, count), _merge_farthest, count))
+        v, _i, x = compute_reduced(self._each(_block_farthest, C.cpu().numpy(), shift.cpu().numpy(), self.plan,
+                                              count), _merge_farthest, count)
         return x[v > 0]
 
 
