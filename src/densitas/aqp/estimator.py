@@ -61,8 +61,11 @@ RCOND = float(np.sqrt(np.finfo(np.float64).eps))
 
 class Auxiliaries:
     """For one key: sample-row values ``rows`` (n, A) and exact population totals ``totals`` (G, A) of the
-    auxiliary functions; column 0 is the model's own prediction (the difference estimator's ``m``). Held
-    term by term, ``terms`` (A, n): :meth:`from_terms` builds one from that layout without a copy.
+    auxiliary functions; column 0 is the model's own prediction (the difference estimator's ``m``).
+
+    Held term by term: ``terms`` (A_d, n) the dense ones, then ``sparse``, a list of ``(positions, values)``
+    for terms that vanish on all rows but a few (their totals follow the dense terms' in ``totals``).
+    :meth:`from_terms` builds one from that layout without a copy.
 
     Examples
     --------
@@ -74,26 +77,37 @@ class Auxiliaries:
 
     def __init__(self, rows: np.ndarray, totals: np.ndarray) -> None:
         self.terms = np.ascontiguousarray(np.asarray(rows, dtype=np.float64).T)
+        self.sparse: list[tuple[np.ndarray, np.ndarray]] = []
         self.totals = np.asarray(totals, dtype=np.float64)
 
     @classmethod
-    def from_terms(cls, terms: np.ndarray, totals: np.ndarray) -> Auxiliaries:
-        """From the values term by term, ``terms`` (A, n) (kept, not copied).
+    def from_terms(cls, terms: np.ndarray, totals: np.ndarray,
+                   sparse: list[tuple[np.ndarray, np.ndarray]] | None = None) -> Auxiliaries:
+        """From the values term by term: ``terms`` (A_d, n) dense (kept, not copied), ``sparse`` a list of
+        ``(positions, values)`` of terms that are 0 on every other row.
 
         Examples
         --------
         >>> import numpy as np
-        >>> Auxiliaries.from_terms(np.zeros((2, 5)), np.zeros((1, 2))).rows.shape
-        (5, 2)
+        >>> aux = Auxiliaries.from_terms(np.ones((1, 4)), np.zeros((1, 2)), [(np.array([2]), np.array([5.0]))])
+        >>> aux.rows.tolist()
+        [[1.0, 0.0], [1.0, 0.0], [1.0, 5.0], [1.0, 0.0]]
         """
         aux = cls.__new__(cls)
         aux.terms, aux.totals = terms, np.asarray(totals, dtype=np.float64)
+        aux.sparse = list(sparse or [])
         return aux
 
     @property
     def rows(self) -> np.ndarray:
-        """(n, A): the values row by row (a view of :attr:`terms`)."""
-        return self.terms.T
+        """(n, A): the values row by row (a view of :attr:`terms` when no term is sparse)."""
+        if not self.sparse:
+            return self.terms.T
+        out = np.zeros((self.terms.shape[1], len(self.terms) + len(self.sparse)))
+        out[:, :len(self.terms)] = self.terms.T
+        for t, (pos, vals) in enumerate(self.sparse):
+            out[pos, len(self.terms) + t] = vals
+        return out
 
 
 @dataclass
@@ -194,7 +208,7 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
     if np.any(gid[1:] < gid[:-1]):  # the rows of a group contiguous; answered in the caller's order
         order = np.argsort(gid, kind="stable")
         gid, y = gid[order], y[order]
-        aux = [Auxiliaries.from_terms(a.terms[:, order], a.totals) for a in aux]
+        aux = [Auxiliaries(a.rows[order], a.totals) for a in aux]
     G, K = len(N), y.shape[1]
     rg = _RowGroups(gid, G)
     value, model, corr = np.zeros((G, K)), np.zeros((G, K)), np.zeros((G, K))
@@ -204,21 +218,18 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
     n_safe = np.maximum(n, 1)
     outside = n - rg.rows  # rows with X = (1, 0, …, 0) and y = 0
     for k in range(K):
-        ZT, Zt = aux[k].terms, aux[k].totals
-        p = ZT.shape[0] + 1
-        XT = np.empty((p, len(gid)))
-        XT[0] = 1.0  # intercept: total N_g
-        XT[1:] = ZT
-        Xt = np.concatenate([N[:, None], Zt], axis=1)
+        X = _Design(aux[k], rg)
+        p = X.p
+        Xt = np.concatenate([N[:, None], aux[k].totals], axis=1)
         # the fit corrects the difference estimator (the model's own prediction, column 0 of Z, with β = 1): the
         # smallest correction that fits, so terms collinear among the sample rows but not in the table (every
         # sampled row inside the box, say) keep the model's own weights instead of splitting them arbitrarily
-        yk = y[:, k] - ZT[0]
-        fit = _fit(XT, yk, rg, n)
+        yk = y[:, k] - X.dense[1]
+        fit = _fit(X, yk, n)
         beta, ginv = fit.beta, fit.ginv
         small = n < MIN_ROWS_PER_TERM * p  # too few rows for every term: the model's prediction and an intercept
         if small.any() and p > 2:
-            two = _fit(XT[:2], yk, rg, n)
+            two = _fit(X.head(2), yk, n)
             beta[small] = 0.0
             beta[small, :2] = two.beta[small]
             ginv[small] = 0.0
@@ -229,9 +240,9 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
         beta[:, 1] += 1.0
         # each row's leverage h = xᵀ(XᵀX)⁺x in its group's fit (an outside row's, x = (1, 0, …, 0), is
         # (XᵀX)⁺₀₀), its residual e = y − xᵀβ (an outside row's −β₀) and, for the variance, its g-weight
-        lev, lev0 = _clean_leverage(rg.quadratic(XT, ginv)), _clean_leverage(ginv[:, 0, 0])
+        lev, lev0 = _clean_leverage(X.quadratic(ginv)), _clean_leverage(ginv[:, 0, 0])
         c = _g_coefficients(Xt, ginv, fit.xsum, N, n)
-        forms = rg.linear(XT, np.stack([beta, c], axis=1))
+        forms = X.linear(np.stack([beta, c], axis=1))
         e = y[:, k] - forms[0]
         e0 = -beta[:, 0]
         # for the variance, each residual as if its row had been left out of the fit (e/(1 − h), h its leverage):
@@ -268,22 +279,24 @@ class _RowGroups:
         bounds = np.append(first, len(gid))
         self.slices = [(int(gid[a]), int(a), int(b)) for a, b in itertools.pairwise(bounds)]
 
-    def gram(self, XT: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per group ``Σ x xᵀ`` (G, p, p) and ``Σ x y`` (G, p) over its rows."""
-        p = XT.shape[0]
-        xtx, xty = np.zeros((self.G, p, p)), np.zeros((self.G, p))
+    def gram(self, LT: np.ndarray, XT: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per group ``Σ l xᵀ`` (G, q, p) and ``Σ l y`` (G, q) over its rows, for the terms ``LT`` (q, m) and
+        ``XT`` (p, m)."""
+        q, p = LT.shape[0], XT.shape[0]
+        xtx, xty = np.zeros((self.G, q, p)), np.zeros((self.G, q))
         if self.few:
             for g, a, b in self.slices:
-                xtx[g] = XT[:, a:b] @ XT[:, a:b].T
-                xty[g] = XT[:, a:b] @ y[a:b]
+                xtx[g] = LT[:, a:b] @ XT[:, a:b].T
+                xty[g] = LT[:, a:b] @ y[a:b]
         elif len(self.gid):  # many groups: one segmented reduction of the outer products of the active rows
-            act = np.flatnonzero((XT[1:] != 0).any(axis=0) | (y != 0))  # the others add to the count only
+            # rows where every term but the intercept and y vanish add to the intercept's count only
+            act = np.flatnonzero((XT[1:] != 0).any(axis=0) | (y != 0))
             ga = self.gid[act]
             first = np.flatnonzero(np.diff(ga, prepend=-1))
-            Xa, ya = XT[:, act].T, y[act]
+            La, Xa, ya = LT[:, act].T, XT[:, act].T, y[act]
             if len(act):
-                xtx[ga[first]] = np.add.reduceat(Xa[:, :, None] * Xa[:, None, :], first, axis=0)
-                xty[ga[first]] = np.add.reduceat(Xa * ya[:, None], first, axis=0)
+                xtx[ga[first]] = np.add.reduceat(La[:, :, None] * Xa[:, None, :], first, axis=0)
+                xty[ga[first]] = np.add.reduceat(La * ya[:, None], first, axis=0)
         return xtx, xty
 
     def linear(self, XT: np.ndarray, W: np.ndarray) -> np.ndarray:
@@ -307,6 +320,71 @@ class _RowGroups:
         return out
 
 
+class _Design:
+    """One key's fit terms on the given rows: the intercept and the dense terms on every row (``dense``, (d, m)),
+    and the sparse terms, 0 except on a few rows ``U``; ``at_u`` (p, |U|) holds every term on those rows. The
+    per-group sums and per-row forms of the fit (:meth:`gram`, :meth:`quadratic`, :meth:`linear`) take the
+    dense terms over all rows and the sparse ones over ``U`` only."""
+
+    def __init__(self, aux: Auxiliaries | None, rg: _RowGroups, *, dense: np.ndarray | None = None) -> None:
+        self.rg = rg
+        if aux is None:  # dense terms only (head)
+            self.dense, self.sparse = dense, []
+        else:
+            self.dense = np.empty((len(aux.terms) + 1, len(rg.gid)))
+            self.dense[0] = 1.0  # intercept: total N_g
+            self.dense[1:] = aux.terms
+            self.sparse = aux.sparse
+        self.d = len(self.dense)
+        self.p = self.d + len(self.sparse)
+        if self.sparse:
+            self.u = np.unique(np.concatenate([pos for pos, _ in self.sparse]))
+            self.at_u = np.zeros((self.p, len(self.u)))
+            self.at_u[:self.d] = self.dense[:, self.u]
+            for t, (pos, vals) in enumerate(self.sparse):
+                self.at_u[self.d + t, np.searchsorted(self.u, pos)] = vals
+            self.rg_u = _RowGroups(rg.gid[self.u], rg.G)
+
+    def head(self, q: int) -> _Design:
+        """The first ``q`` terms (dense), as a design of their own."""
+        return _Design(None, self.rg, dense=self.dense[:q])
+
+    def size(self) -> np.ndarray:
+        """(p,): each term's largest magnitude over the given rows (1 for every term when no row is given)."""
+        if not len(self.rg.gid):
+            return np.ones(self.p)
+        return np.concatenate([np.abs(self.dense).max(axis=1)]
+                              + [[np.abs(v).max() if len(v) else 0.0] for _, v in self.sparse])
+
+    def gram(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per group ``Σ x xᵀ`` (G, p, p) and ``Σ x y`` (G, p) over its given rows."""
+        d = self.d
+        if not self.sparse:
+            return self.rg.gram(self.dense, self.dense, y)
+        xtx, xty = np.zeros((self.rg.G, self.p, self.p)), np.zeros((self.rg.G, self.p))
+        xtx[:, :d, :d], xty[:, :d] = self.rg.gram(self.dense, self.dense, y)
+        s_x, s_y = self.rg_u.gram(self.at_u[d:], self.at_u, y[self.u])  # the sparse terms vanish off U
+        xtx[:, d:, :] = s_x
+        xtx[:, :d, d:] = s_x[:, :, :d].transpose(0, 2, 1)
+        xty[:, d:] = s_y
+        return xtx, xty
+
+    def quadratic(self, Q: np.ndarray) -> np.ndarray:
+        """(m,): ``x_iᵀ Q[g_i] x_i`` for each given row (``Q`` (G, p, p))."""
+        d = self.d
+        out = self.rg.quadratic(self.dense, np.ascontiguousarray(Q[:, :d, :d]))
+        if self.sparse:
+            out[self.u] = self.rg_u.quadratic(self.at_u, Q)
+        return out
+
+    def linear(self, W: np.ndarray) -> np.ndarray:
+        """(r, m): ``W[g_i] @ x_i`` for each given row (``W`` (G, r, p))."""
+        out = self.rg.linear(self.dense, np.ascontiguousarray(W[:, :, :self.d]))
+        if self.sparse:
+            out[:, self.u] = self.rg_u.linear(self.at_u, W)
+        return out
+
+
 @dataclass
 class _Fit:
     """One per-group least-squares fit: coefficients (G, p), ``(XᵀX)⁺`` in the terms' own units (G, p, p), and
@@ -327,17 +405,16 @@ def _g_coefficients(Xt: np.ndarray, ginv: np.ndarray, xsum: np.ndarray, N: np.nd
     return np.einsum("gij,gj->gi", ginv, Xt - xsum * w[:, None]) / w[:, None]
 
 
-def _fit(XT: np.ndarray, y: np.ndarray, rg: _RowGroups, n: np.ndarray) -> _Fit:
-    """Per-group minimum-norm least squares of ``y`` on the terms ``XT`` (p, m): the coefficients (G, p) and
+def _fit(X: _Design, y: np.ndarray, n: np.ndarray) -> _Fit:
+    """Per-group minimum-norm least squares of ``y`` on the terms of ``X``: the coefficients (G, p) and
     ``(XᵀX)⁺``. Rows outside every term's support and with ``y = 0`` (given or not: ``n`` counts them) add only
     to the intercept's count."""
-    p = XT.shape[0]
-    xtx, xty = rg.gram(XT, y)
+    xtx, xty = X.gram(y)
     xtx[:, 0, 0] = n
     xsum = xtx[:, 0, :].copy()  # the intercept's row: each term's sum over the group's rows
     # a term whose values among a group's rows are round-off next to its size elsewhere (a position term
     # whose rows all sit at the middle of their bin, say) is no term there: rescaled, it would take any weight
-    size = np.abs(XT).max(axis=1) if XT.shape[1] else np.ones(p)
+    size = X.size()
     d = np.einsum("gii->gi", xtx)
     dead = d <= (1e-9 * size) ** 2
     dead[:, 0] = False

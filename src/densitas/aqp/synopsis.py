@@ -67,17 +67,53 @@ class _Forest:
     comp_of: dict[int, int]
 
 
-@dataclass
 class _Rows:
     """The sample rows a query reads, in sample order (so by group): every row where a target or an auxiliary of
     the query can be non-zero, and maybe more (:meth:`Synopsis._rows`); the estimator treats the others in
-    closed form (:mod:`densitas.aqp.estimator`)."""
+    closed form (:mod:`densitas.aqp.estimator`). A column's values and fine bins on these rows are gathered
+    when first asked for."""
 
-    idx: np.ndarray  # (m,) positions in the sample
-    gid: np.ndarray  # (m,) group
-    bins: np.ndarray  # (m, J) fine bin per column (0 = NULL)
-    vals: np.ndarray  # (m, J) values, NaN where NULL
-    inside: np.ndarray  # (m,) whether the row is in the query's box
+    def __init__(self, idx: np.ndarray, gid: np.ndarray, vals_by_col: np.ndarray, bins_by_col: np.ndarray) -> None:
+        self.idx = idx  # (m,) positions in the sample
+        self.gid = gid  # (m,) group
+        self._vals_by_col, self._bins_by_col = vals_by_col, bins_by_col  # (J, n) the whole sample's
+        self._vals: dict[int, np.ndarray] = {}
+        self._bins: dict[int, np.ndarray] = {}
+        self._flat: dict[tuple, np.ndarray] = {}
+        self.inside = np.ones(len(idx), dtype=bool)  # whether the row is in the query's box (set by the caller)
+
+    def vals(self, j: int) -> np.ndarray:
+        """(m,): column ``j``'s values (NaN where NULL)."""
+        got = self._vals.get(j)
+        if got is None:
+            got = self._vals[j] = self._vals_by_col[j].take(self.idx)
+        return got
+
+    def bins(self, j: int) -> np.ndarray:
+        """(m,): column ``j``'s fine bin (0 = NULL)."""
+        got = self._bins.get(j)
+        if got is None:
+            got = self._bins[j] = self._bins_by_col[j].take(self.idx)
+        return got
+
+    def at(self, table: np.ndarray, j: int, cells: np.ndarray | None = None) -> np.ndarray:
+        """(m,): ``table[g, c]`` (``table`` (G, C)) at each row's group ``g`` and cell ``c``: its fine bin of column
+        ``j``, or ``cells[bin]`` (a map of the bins to coarser cells)."""
+        key = (j, table.shape[1], id(cells) if cells is not None else None)
+        flat = self._flat.get(key)
+        if flat is None:
+            b = self.bins(j) if cells is None else cells.take(self.bins(j))
+            flat = self._flat[key] = self.gid * table.shape[1] + b
+        return table.take(flat)
+
+    def key_values(self, key: tuple[str, int | None]) -> np.ndarray:
+        """(m,): what ``key`` sums on each row before the box (:meth:`Synopsis._sample_values`)."""
+        kind, j = key
+        if kind == "n":
+            return np.ones(len(self.idx))
+        if kind == "s":
+            return np.nan_to_num(self.vals(j), nan=0.0)
+        return (~np.isnan(self.vals(j))).astype(np.float64)
 
 
 @dataclass
@@ -126,6 +162,8 @@ class Synopsis:
         self._moment_cache: dict = {}
         self._label_cache: dict = {}
         self._s_bins: np.ndarray | None = None
+        self._vals_by_col = np.ascontiguousarray(self.s_vals.T)  # (J, n): one column's values contiguous
+        self._bins_by_col: np.ndarray | None = None
         self._bin_order: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._cell_bounds: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self.read_all_rows = False  # the reference computation: every sample row enters every query
@@ -389,7 +427,7 @@ class Synopsis:
             return est, lambda gids, ks, ws: np.zeros(len(gids)), self._support(None)
         keyphis = [self._key_factors(k, S, phis) for k in keys]
         rows = self._rows(S, box, phis)
-        y = self._sample_values(keys, rows.vals) * rows.inside[:, None]
+        y = np.stack([rows.key_values(k) for k in keys], axis=1) * rows.inside[:, None]
         aux = [self._auxiliaries(k, S, phis, kp, tree, rows) for k, kp in zip(keys, keyphis, strict=True)]
         totals = regression_totals(y, aux, rows.gid, self.N, self.n)
         rv_place = self._placement(S, phis, box)
@@ -482,7 +520,6 @@ class Synopsis:
         per column a range of fine bins, whose rows are one slice of the sample sorted by that column's bin."""
         if phis is None:
             phis = {u: self._fractions(u, box[u]) for u in S}
-        sb = self._sample_bins()
         if self.read_all_rows or not S:
             idx = np.arange(len(self.s_gid))
         else:
@@ -499,11 +536,12 @@ class Synopsis:
                 for sl in slices:
                     mask[sl] = True
                 idx = np.flatnonzero(mask)
-        vals = self.s_vals[idx]
-        inside = np.ones(len(idx), dtype=bool)
+        if self._bins_by_col is None:
+            self._bins_by_col = np.ascontiguousarray(self._sample_bins().T)
+        rows = _Rows(idx, self.s_gid[idx], self._vals_by_col, self._bins_by_col)
         for u in S:
-            inside &= self._row_match(u, box[u], vals[:, u])
-        return _Rows(idx, self.s_gid[idx], sb[idx], vals, inside)
+            rows.inside &= self._row_match(u, box[u], rows.vals(u))
+        return rows
 
     def _bin_range(self, u: int, ivals: list, ph: np.ndarray, S: list[int]) -> tuple[int, int]:
         """The fine bins of ``u`` (first, last) holding every sample row the query may need (:meth:`_rows`)."""
@@ -572,49 +610,49 @@ class Synopsis:
         one pair grid's cells or one sum grid's cells whose population total per group the synopsis holds
         exactly."""
         G = len(self.N)
-        sb, gi = rows.bins, rows.gid
-        terms, tots = [], []
+        terms, tots, sparse, sparse_tots = [], [], [], []
         Ek = [self._expect(comp, tree.adj, kp) for comp in tree.comps]
         for u in S:  # the model's prediction given u's fine bin (all roots share the model's total)
             ci = tree.comp_of[u]
             lam = self._root_message(u, tree, kp)
             others = np.prod([Ek[c] for c in range(len(Ek)) if c != ci], axis=0) if len(Ek) > 1 else np.ones(G)
             f = lam * others[:, None]
-            terms.append(f[gi, sb[:, u]])
+            terms.append(rows.at(f, u))
             tots.append((self.fine[u] * f).sum(axis=1))
-            for row, tot in self._edge_terms(u, phis[u], f, rows):
-                terms.append(row)
-                tots.append(tot)
+            for pos, vals, tot in self._edge_terms(u, phis[u], f, rows):
+                sparse.append((pos, vals))
+                sparse_tots.append(tot)
         for (a, b), pair in self.pairs.items():  # the product of the box's cell shares on each stored pair
             if a not in kp or b not in kp:
                 continue
             qa = self._cell_mean(a, kp[a], pair.starts[0])
             qb = self._cell_mean(b, kp[b], pair.starts[1])
-            ca, cb = pair.maps[0][sb[:, a]], pair.maps[1][sb[:, b]]
-            terms.append(qa[gi, ca] * qb[gi, cb])
+            terms.append(rows.at(qa, a, pair.maps[0]) * rows.at(qb, b, pair.maps[1]))
             tots.append(np.bincount(pair.gid, pair.n * qa[pair.gid, pair.c[0]] * qb[pair.gid, pair.c[1]],
                                     minlength=G))
         kind, j = key
         if kind != "n":  # the row's own value times its cell's box share, through each predicate's sum grid
-            v = self._sample_values([key], rows.vals)[:, 0]
+            v = rows.key_values(key)
             for u in S:
                 cmap, tot = self.sums[u]
                 if (kind, j) not in tot:
                     continue
                 q = self._cell_mean(u, phis[u], _starts(cmap))
-                terms.append(v * q[gi, cmap[sb[:, u]]])
+                terms.append(v * rows.at(q, u, cmap))
                 tots.append((q * tot[(kind, j)]).sum(axis=1))
             if j in phis and kind == "s":  # the own column: exact per-fine-bin sums
                 ph = np.broadcast_to(phis[j], (self.fine[j].shape[1],))
-                terms.append(v * ph[sb[:, j]])
+                terms.append(v * ph.take(rows.bins(j)))
                 tots.append((self.fine[j] * self.mean[j] * ph).sum(axis=1))
-        return Auxiliaries.from_terms(np.stack(terms), np.stack(tots, axis=1))
+        return Auxiliaries.from_terms(np.stack(terms), np.stack(tots + sparse_tots, axis=1), sparse)
 
-    def _edge_terms(self, u: int, ph: np.ndarray, f: np.ndarray, rows: _Rows) -> list[tuple[np.ndarray, np.ndarray]]:
+    def _edge_terms(self, u: int, ph: np.ndarray, f: np.ndarray,
+                    rows: _Rows) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Per fine bin of ``u`` the box cuts (at most :data:`MAX_EDGE_TERMS`), an auxiliary linear in the row's
         position within the bin, ``(x − lo)/width − ½``, times the model's prediction per unit of box share: its
         total is exact from the bin's stored count and sum. It lets the regression learn on which side of the
-        bin the box's edge keeps rows, where the bin's share alone treats every row of the bin alike."""
+        bin the box's edge keeps rows, where the bin's share alone treats every row of the bin alike. A sparse
+        term (0 outside its bin): the positions in ``rows`` of the bin's rows, the values there, the totals."""
         info = self.infos[u]
         ph = np.asarray(ph).reshape(-1)
         cut = np.flatnonzero((ph > 1e-12) & (ph < 1 - 1e-12))
@@ -622,7 +660,7 @@ class Synopsis:
         if info.discrete or not 0 < len(cut) <= MAX_EDGE_TERMS:
             return []
         lower, upper = info.spread()
-        v, sb, gi = rows.vals[:, u], rows.bins[:, u], rows.gid
+        v, sb, gi = rows.vals(u), rows.bins(u), rows.gid
         out = []
         point = _point_bins(info, lower, upper)
         for b in cut:
@@ -630,10 +668,11 @@ class Synopsis:
             if point[b - 1] or not width > 0:
                 continue
             ratio = f[:, b] / ph[b]  # (G,): the model's prediction for the bin per unit of box share
-            pos = np.where(sb == b, (np.nan_to_num(v) - lo) / width - 0.5, 0.0)
+            at = np.flatnonzero(sb == b)
             n_b = self.fine[u][:, b]
             s_b = np.nan_to_num(n_b * self.mean[u][:, b])
-            out.append((pos * ratio[gi], ratio * ((s_b - lo * n_b) / width - 0.5 * n_b)))
+            out.append((at, ((v[at] - lo) / width - 0.5) * ratio[gi[at]],
+                        ratio * ((s_b - lo * n_b) / width - 0.5 * n_b)))
         return out
 
     def _placement(self, S, phis, box) -> np.ndarray:
