@@ -166,7 +166,7 @@ def test_many_and_few_group_paths_agree(monkeypatch):
 def test_g_weights_calibrate_and_reproduce_the_estimate():
     """The g-weights are the GREG as a weighting: Σ (N/n)·g_i·x_i equals the known totals (calibration) and
     Σ (N/n)·g_i·y_i equals the estimate, group by group."""
-    from densitas.aqp.estimator import _fit, _g_coefficients, _RowGroups
+    from densitas.aqp.estimator import _Design, _fit, _g_coefficients, _RowGroups
 
     rng = np.random.default_rng(SEED)
     G, n = 3, 900
@@ -178,7 +178,7 @@ def test_g_weights_calibrate_and_reproduce_the_estimate():
     Xt = np.stack([np.bincount(gid, X[:, a], minlength=G) for a in range(3)], axis=1) * 20 * \
         (1 + 0.05 * rng.normal(size=(G, 3)))
     Xt[:, 0] = N
-    fit = _fit(np.ascontiguousarray(X.T), y, _RowGroups(gid, G), nn)
+    fit = _fit(_Design(None, _RowGroups(gid, G), dense=np.ascontiguousarray(X.T)), y, nn)
     beta = fit.beta
     g = 1.0 + (X * _g_coefficients(Xt, fit.ginv, fit.xsum, N, nn)[gid]).sum(axis=1)
     w = (N / nn)[gid] * g
@@ -193,12 +193,13 @@ def test_directions_under_one_rows_worth_are_not_fitted():
     """Two terms that differ among 300 sampled rows only by noise of 1e-3 (an eigenvalue of about 1e-6 of the
     terms' unit-diagonal matrix, under 1/300): the fit takes no side between them (equal weights) instead of
     large opposite ones — the extrapolation that put a births SUM 21% off inside a ±1.3% interval."""
-    from densitas.aqp.estimator import _fit, _RowGroups
+    from densitas.aqp.estimator import _Design, _fit, _RowGroups
 
     rng = np.random.default_rng(SEED)
     n = 300
     m = rng.uniform(0.5, 1.5, n)
     X = np.stack([np.ones(n), m, m + 1e-3 * rng.normal(size=n)], axis=1)
     y = 0.3 * rng.normal(size=n)
-    beta = _fit(np.ascontiguousarray(X.T), y, _RowGroups(np.zeros(n, dtype=np.int64), 1), np.array([float(n)])).beta
+    design = _Design(None, _RowGroups(np.zeros(n, dtype=np.int64), 1), dense=np.ascontiguousarray(X.T))
+    beta = _fit(design, y, np.array([float(n)])).beta
     assert abs(beta[0, 1] - beta[0, 2]) < 0.05, f"seed {SEED}: {beta}"
