@@ -117,3 +117,16 @@ def test_shared_memory_histogram_matches_torch(dtype, linear, weighted):
         assert torch.equal(got.cpu(), want.cpu())
     else:
         assert _rel(got, want) <= 1e-9
+
+
+def test_memory_budget_counts_what_the_caching_allocator_holds_unused(monkeypatch):
+    """A freed tensor stays reserved by PyTorch's allocator: the budget must still count it as free."""
+    from densitas._backend.chunking import memory_budget
+
+    monkeypatch.delenv("DENSITAS_MEMORY_BUDGET", raising=False)
+    torch.cuda.empty_cache()
+    before = memory_budget("cuda")
+    block = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")  # 1 GiB, then freed into the cache
+    del block
+    assert torch.cuda.memory_reserved() - torch.cuda.memory_allocated() >= 1 << 30
+    assert abs(memory_budget("cuda") - before) < (1 << 30) // 4  # the same half of the device, not 0.5 GiB less
