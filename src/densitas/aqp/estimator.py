@@ -79,6 +79,7 @@ class Auxiliaries:
         self.terms = np.ascontiguousarray(np.asarray(rows, dtype=np.float64).T)
         self.sparse: list[tuple[np.ndarray, np.ndarray]] = []
         self.totals = np.asarray(totals, dtype=np.float64)
+        self.design: np.ndarray | None = None  # the intercept row and the terms, when built that way
 
     @classmethod
     def from_terms(cls, terms: np.ndarray, totals: np.ndarray,
@@ -96,6 +97,24 @@ class Auxiliaries:
         aux = cls.__new__(cls)
         aux.terms, aux.totals = terms, np.asarray(totals, dtype=np.float64)
         aux.sparse = list(sparse or [])
+        aux.design = None
+        return aux
+
+    @classmethod
+    def from_design(cls, design: np.ndarray, totals: np.ndarray,
+                    sparse: list[tuple[np.ndarray, np.ndarray]] | None = None) -> Auxiliaries:
+        """As :meth:`from_terms`, from ``design`` (1 + A_d, n) whose row 0 is all ones (the fit's intercept) and
+        whose other rows are the dense terms: the fit uses it as it is.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> aux = Auxiliaries.from_design(np.array([[1.0, 1.0], [0.5, 2.0]]), np.zeros((1, 1)))
+        >>> aux.rows.tolist()
+        [[0.5], [2.0]]
+        """
+        aux = cls.from_terms(design[1:], totals, sparse)
+        aux.design = design
         return aux
 
     @property
@@ -330,6 +349,8 @@ class _Design:
         self.rg = rg
         if aux is None:  # dense terms only (head)
             self.dense, self.sparse = dense, []
+        elif aux.design is not None:
+            self.dense, self.sparse = aux.design, aux.sparse
         else:
             self.dense = np.empty((len(aux.terms) + 1, len(rg.gid)))
             self.dense[0] = 1.0  # intercept: total N_g
@@ -353,8 +374,8 @@ class _Design:
         """(p,): each term's largest magnitude over the given rows (1 for every term when no row is given)."""
         if not len(self.rg.gid):
             return np.ones(self.p)
-        return np.concatenate([np.abs(self.dense).max(axis=1)]
-                              + [[np.abs(v).max() if len(v) else 0.0] for _, v in self.sparse])
+        dense = np.maximum(self.dense.max(axis=1), -self.dense.min(axis=1))
+        return np.concatenate([dense] + [[np.abs(v).max() if len(v) else 0.0] for _, v in self.sparse])
 
     def gram(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per group ``Σ x xᵀ`` (G, p, p) and ``Σ x y`` (G, p) over its given rows."""

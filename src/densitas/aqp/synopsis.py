@@ -96,15 +96,16 @@ class _Rows:
             got = self._bins[j] = self._bins_by_col[j].take(self.idx)
         return got
 
-    def at(self, table: np.ndarray, j: int, cells: np.ndarray | None = None) -> np.ndarray:
+    def at(self, table: np.ndarray, j: int, cells: np.ndarray | None = None,
+           out: np.ndarray | None = None) -> np.ndarray:
         """(m,): ``table[g, c]`` (``table`` (G, C)) at each row's group ``g`` and cell ``c``: its fine bin of column
-        ``j``, or ``cells[bin]`` (a map of the bins to coarser cells)."""
+        ``j``, or ``cells[bin]`` (a map of the bins to coarser cells); written into ``out`` when given."""
         key = (j, table.shape[1], id(cells) if cells is not None else None)
         flat = self._flat.get(key)
         if flat is None:
             b = self.bins(j) if cells is None else cells.take(self.bins(j))
             flat = self._flat[key] = self.gid * table.shape[1] + b
-        return table.take(flat)
+        return table.take(flat, out=out)
 
     def key_values(self, key: tuple[str, int | None]) -> np.ndarray:
         """(m,): what ``key`` sums on each row before the box (:meth:`Synopsis._sample_values`)."""
@@ -165,6 +166,7 @@ class Synopsis:
         self._vals_by_col = np.ascontiguousarray(self.s_vals.T)  # (J, n): one column's values contiguous
         self._bins_by_col: np.ndarray | None = None
         self._bin_order: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._spreads: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._cell_bounds: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self.read_all_rows = False  # the reference computation: every sample row enters every query
 
@@ -218,6 +220,15 @@ class Synopsis:
                  ">": (v, False, math.inf, False), ">=": (v, True, math.inf, False),
                  "=": (v, True, v, True)}[c.op]]
 
+    def _spread(self, j: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per fine bin of column ``j``: the extent its rows are spread over (:meth:`ColumnInfo.spread`) and
+        whether it holds one value only (:func:`_point_bins`); computed once."""
+        got = self._spreads.get(j)
+        if got is None:
+            lower, upper = self.infos[j].spread()
+            got = self._spreads[j] = (lower, upper, _point_bins(self.infos[j], lower, upper))
+        return got
+
     def _fractions(self, j: int, ivals: list) -> np.ndarray:
         """(B_j + 1,): the share of each fine bin's rows that satisfy the condition (bin 0, NULL, never)."""
         info = self.infos[j]
@@ -228,8 +239,7 @@ class Synopsis:
                 ok = ((e > lo) | ((e == lo) & loi)) & ((e < hi) | ((e == hi) & hii))
                 f[1:] += ok
             return np.minimum(f, 1.0)
-        e, upper = info.spread()
-        point = _point_bins(info, e, upper)  # one value only: in the box or not, like a discrete bin
+        e, upper, point = self._spread(j)  # point: one value only, in the box or not, like a discrete bin
         width = np.where(upper > e, upper - e, 1.0)
         f = np.zeros(len(e) + 1)
         for lo, loi, hi, hii in ivals:
@@ -248,7 +258,7 @@ class Synopsis:
         out = np.zeros(G)
         if info.discrete:
             return out
-        e, up = info.spread()
+        e, up, _ = self._spread(j)
         B = len(e)
         w = self.fine[j]
         for lo, loi, hi, hii in ivals:
@@ -399,18 +409,24 @@ class Synopsis:
             mu = np.where(den > 0, num / np.where(den > 0, den, 1), 0.0)
         return mu[:, pair.maps[du]]
 
-    def _lam(self, u: int, parent: int | None, adj: dict, phis: dict) -> np.ndarray:
+    def _lam(self, u: int, parent: int | None, adj: dict, phis: dict, memo: dict | None = None) -> np.ndarray:
+        """(G, B_u + 1): ``u``'s factor times the messages from its neighbours but ``parent``. ``memo`` keeps each
+        (node, parent) answer for the same ``phis``: a message is the same whichever root asks for it."""
+        if memo is not None and (u, parent) in memo:
+            return memo[(u, parent)]
         lam = np.array(np.broadcast_to(phis[u], self.fine[u].shape), dtype=np.float64)
         for v in adj[u]:
             if v != parent:
                 pair = self.pairs[(min(u, v), max(u, v))]
-                lam *= self._message(pair, v, self._lam(v, u, adj, phis))
+                lam *= self._message(pair, v, self._lam(v, u, adj, phis, memo))
+        if memo is not None:
+            memo[(u, parent)] = lam
         return lam
 
-    def _expect(self, comp: list[int], adj: dict, phis: dict) -> np.ndarray:
+    def _expect(self, comp: list[int], adj: dict, phis: dict, memo: dict | None = None) -> np.ndarray:
         """(G,): E[prod of the component's factors] per group."""
         root = comp[0]
-        lam = self._lam(root, None, adj, phis)
+        lam = self._lam(root, None, adj, phis, memo)
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(self.N > 0, (self.fine[root] * lam).sum(axis=1) / np.maximum(self.N, 1), 0.0)
 
@@ -420,7 +436,8 @@ class Synopsis:
         S = list(cols)
         phis = {u: self._fractions(u, box[u]) for u in S}
         tree = self._forest(S)
-        E = [self._expect(comp, tree.adj, phis) for comp in tree.comps]
+        memo: dict = {}  # messages under the box's own factors (the row-count key's)
+        E = [self._expect(comp, tree.adj, phis, memo) for comp in tree.comps]
         count = self.N * np.prod(E, axis=0) if E else self.N.copy()
         if not S:  # no predicate: the fine histograms hold every total exactly
             est = np.stack([self._unboxed_total(k) for k in keys], axis=1)
@@ -428,7 +445,8 @@ class Synopsis:
         keyphis = [self._key_factors(k, S, phis) for k in keys]
         rows = self._rows(S, box, phis)
         y = np.stack([rows.key_values(k) for k in keys], axis=1) * rows.inside[:, None]
-        aux = [self._auxiliaries(k, S, phis, kp, tree, rows) for k, kp in zip(keys, keyphis, strict=True)]
+        aux = [self._auxiliaries(k, S, phis, kp, tree, rows, memo if k[0] == "n" else {})
+               for k, kp in zip(keys, keyphis, strict=True)]
         totals = regression_totals(y, aux, rows.gid, self.N, self.n)
         rv_place = self._placement(S, phis, box)
         y2 = self._moments(tuple(keys))
@@ -600,37 +618,41 @@ class Synopsis:
         got = np.bincount(rows.gid, rows.inside, minlength=len(self.N)).astype(np.float64)
         return np.where(self.n >= self.N, np.inf, got)
 
-    def _root_message(self, u: int, tree: _Forest, factors: dict) -> np.ndarray:
+    def _root_message(self, u: int, tree: _Forest, factors: dict, memo: dict | None = None) -> np.ndarray:
         """(G, B_u + 1): the model's expectation of the product of ``factors`` over ``u``'s component given
         ``u``'s fine bin, times the bin's own factor."""
-        return self._lam(u, None, tree.adj, factors)
+        return self._lam(u, None, tree.adj, factors, memo)
 
-    def _auxiliaries(self, key, S, phis, kp, tree: _Forest, rows: _Rows) -> Auxiliaries:
+    def _auxiliaries(self, key, S, phis, kp, tree: _Forest, rows: _Rows, memo: dict) -> Auxiliaries:
         """The key's auxiliary functions on the query's sample rows ``rows``: each a function of one fine bin,
         one pair grid's cells or one sum grid's cells whose population total per group the synopsis holds
-        exactly."""
+        exactly. The dense terms are written straight into the fit's design (row 0 its intercept)."""
         G = len(self.N)
-        terms, tots, sparse, sparse_tots = [], [], [], []
-        Ek = [self._expect(comp, tree.adj, kp) for comp in tree.comps]
+        kind, j = key
+        pairs = [(cols, pair) for cols, pair in self.pairs.items() if cols[0] in kp and cols[1] in kp]
+        X = np.empty((1 + 2 * len(S) + len(pairs) + 1, len(rows.idx)))
+        X[0] = 1.0
+        t = 1
+        tots, sparse, sparse_tots = [], [], []
+        Ek = [self._expect(comp, tree.adj, kp, memo) for comp in tree.comps] if len(tree.comps) > 1 else []
         for u in S:  # the model's prediction given u's fine bin (all roots share the model's total)
             ci = tree.comp_of[u]
-            lam = self._root_message(u, tree, kp)
+            lam = self._root_message(u, tree, kp, memo)
             others = np.prod([Ek[c] for c in range(len(Ek)) if c != ci], axis=0) if len(Ek) > 1 else np.ones(G)
             f = lam * others[:, None]
-            terms.append(rows.at(f, u))
+            rows.at(f, u, out=X[t])
+            t += 1
             tots.append((self.fine[u] * f).sum(axis=1))
             for pos, vals, tot in self._edge_terms(u, phis[u], f, rows):
                 sparse.append((pos, vals))
                 sparse_tots.append(tot)
-        for (a, b), pair in self.pairs.items():  # the product of the box's cell shares on each stored pair
-            if a not in kp or b not in kp:
-                continue
+        for (a, b), pair in pairs:  # the product of the box's cell shares on each stored pair
             qa = self._cell_mean(a, kp[a], pair.starts[0])
             qb = self._cell_mean(b, kp[b], pair.starts[1])
-            terms.append(rows.at(qa, a, pair.maps[0]) * rows.at(qb, b, pair.maps[1]))
+            np.multiply(rows.at(qa, a, pair.maps[0]), rows.at(qb, b, pair.maps[1]), out=X[t])
+            t += 1
             tots.append(np.bincount(pair.gid, pair.n * qa[pair.gid, pair.c[0]] * qb[pair.gid, pair.c[1]],
                                     minlength=G))
-        kind, j = key
         if kind != "n":  # the row's own value times its cell's box share, through each predicate's sum grid
             v = rows.key_values(key)
             for u in S:
@@ -638,13 +660,15 @@ class Synopsis:
                 if (kind, j) not in tot:
                     continue
                 q = self._cell_mean(u, phis[u], _starts(cmap))
-                terms.append(v * rows.at(q, u, cmap))
+                np.multiply(v, rows.at(q, u, cmap), out=X[t])
+                t += 1
                 tots.append((q * tot[(kind, j)]).sum(axis=1))
             if j in phis and kind == "s":  # the own column: exact per-fine-bin sums
                 ph = np.broadcast_to(phis[j], (self.fine[j].shape[1],))
-                terms.append(v * ph.take(rows.bins(j)))
+                np.multiply(v, ph.take(rows.bins(j)), out=X[t])
+                t += 1
                 tots.append((self.fine[j] * self.mean[j] * ph).sum(axis=1))
-        return Auxiliaries.from_terms(np.stack(terms), np.stack(tots + sparse_tots, axis=1), sparse)
+        return Auxiliaries.from_design(X[:t], np.stack(tots + sparse_tots, axis=1), sparse)
 
     def _edge_terms(self, u: int, ph: np.ndarray, f: np.ndarray,
                     rows: _Rows) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -659,10 +683,9 @@ class Synopsis:
         cut = cut[cut > 0]
         if info.discrete or not 0 < len(cut) <= MAX_EDGE_TERMS:
             return []
-        lower, upper = info.spread()
+        lower, upper, point = self._spread(u)
         v, sb, gi = rows.vals(u), rows.bins(u), rows.gid
         out = []
-        point = _point_bins(info, lower, upper)
         for b in cut:
             lo, width = lower[b - 1], upper[b - 1] - lower[b - 1]
             if point[b - 1] or not width > 0:
