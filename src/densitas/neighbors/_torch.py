@@ -28,6 +28,7 @@ mode only and call :func:`tile_topk` below for the others.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -198,25 +199,135 @@ def smallest(d: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return v, torch.gather(cols, 1, j)
 
 
+#: The CPU selection (:func:`_pruned_topk`): strided column groups per tile, the narrowest group worth pruning
+#: by, and how many waiting candidates per query trigger a merge into the running top-k.
+PRUNE_GROUPS = 16
+PRUNE_MIN_WIDTH = 64
+PRUNE_PENDING = 2
+
+
+def _merge_candidates(best_v: torch.Tensor, best_i: torch.Tensor, parts: list[tuple[torch.Tensor, ...]]
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Merge candidate triples ``(rows, values, columns)`` (flat, any number per row) into the running top-k
+    ``(best_v, best_i)`` (m, k): each row's candidates fill a padded matrix beside its current k, and one
+    ``topk`` keeps the k smallest. The padding is NaN, which ``topk`` ranks after every number and +inf, so it
+    is never kept while a row holds k real entries (it always does)."""
+    r = torch.cat([p[0] for p in parts])
+    v = torch.cat([p[1] for p in parts])
+    col = torch.cat([p[2] for p in parts])
+    if len(parts) > 1:  # rows ascend within a part, not across parts
+        o = torch.argsort(r, stable=True)
+        r, v, col = r[o], v[o], col[o]
+    m, k = best_v.shape
+    cnt = torch.bincount(r, minlength=m)
+    rank = torch.arange(len(r), device=r.device) - (torch.cumsum(cnt, 0) - cnt)[r]
+    width = k + int(cnt.max())
+    cv = torch.full((m, width), math.nan, dtype=best_v.dtype, device=best_v.device)
+    ci = torch.zeros((m, width), dtype=torch.int64, device=best_v.device)
+    cv[:, :k] = best_v
+    ci[:, :k] = best_i
+    rank += k
+    cv[r, rank] = v
+    ci[r, rank] = col
+    nv, j = torch.topk(cv, k, dim=1, largest=False, sorted=False)
+    return nv, torch.gather(ci, 1, j)
+
+
+def _below(d: torch.Tensor, thr: torch.Tensor, s: int, groups: int) -> tuple[torch.Tensor, ...] | None:
+    """The entries of a tile ``d`` (m × w, contiguous, ``w`` a multiple of ``groups``) below their row's
+    threshold ``thr``: ``(rows ascending, values, columns + s)``, or None.
+
+    The columns form ``w / groups`` strided groups {j, j + w/groups, …}; one reduction gives each group's
+    minimum, and only the groups whose minimum is below the threshold are read again, entry by entry. A group
+    not read has every entry ≥ its minimum ≥ the threshold."""
+    m, wt = d.shape
+    w = wt // groups
+    dv = d.view(m, groups, w)
+    gmin = torch.amin(dv, 1)
+    f = torch.nonzero((gmin < thr[:, None]).view(-1)).squeeze(1)
+    if f.numel() == 0:
+        return None
+    r = torch.div(f, w, rounding_mode="floor")
+    j = f - r * w
+    vals = dv[r, :, j]  # (pairs, groups)
+    pi, gi = torch.nonzero(vals < thr[r][:, None], as_tuple=True)
+    return r[pi], vals[pi, gi], gi * w + j[pi] + s
+
+
+def _pruned_topk(q: FastRows, c: FastRows, k: int, tile_cols: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The CPU form of :func:`tile_topk`: tiles of ``tile_cols`` references, each a GEMM into one reused
+    buffer (dense modes) or :func:`_tile_values`, then a selection pruned by the running k-th value.
+
+    The first tile seeds each query's top-k (``topk``); after it a tile costs one reduction pass (the minimum
+    of every strided column group, :func:`_below`) plus work on the few entries below the threshold, instead
+    of a selection over the whole tile. Candidates wait in a list and are merged (:func:`_merge_candidates`)
+    once there are ``PRUNE_PENDING`` per query, which also refreshes the thresholds; a threshold that is not
+    yet refreshed is larger, so it lets more through, never fewer. Nothing is dropped that is below the
+    final k-th value: the contract of :func:`tile_topk` holds."""
+    m, n = len(q), len(c)
+    dense = q.x is not None and q.g is not None and not q.masked and q.nom is None  # one GEMM per tile
+    buf = torch.empty(m * min(tile_cols, n), dtype=q.g.dtype, device=q.g.device) if dense else None
+    best_v = best_i = thr = None
+    parts: list[tuple[torch.Tensor, ...]] = []
+    pending = 0
+    for s in range(0, n, tile_cols):
+        e = min(s + tile_cols, n)
+        w = e - s
+        if dense:
+            d = buf[:m * w].view(m, w)
+            torch.mm(q.g, c.g[s:e].T, out=d)
+        else:
+            d = _tile_values(q, c.rows(slice(s, e)))
+        groups = PRUNE_GROUPS if w % PRUNE_GROUPS == 0 and w // PRUNE_GROUPS >= PRUNE_MIN_WIDTH else 0
+        if best_v is None or best_v.shape[1] < k or not groups:
+            v, i = smallest(d, min(k, w))
+            i += s
+            if best_v is None:
+                best_v, best_i = v, i
+            elif best_v.shape[1] < k:
+                v, i = torch.cat([best_v, v], 1), torch.cat([best_i, i], 1)
+                best_v, j = torch.topk(v, min(k, v.shape[1]), dim=1, largest=False, sorted=False)
+                best_i = torch.gather(i, 1, j)
+            else:  # a narrow tile (the last of the block): its k smallest wait with the other candidates
+                rows = torch.arange(m, device=d.device).repeat_interleave(v.shape[1])
+                parts.append((rows, v.reshape(-1), i.reshape(-1)))
+                pending += rows.numel()
+        else:
+            got = _below(d if dense else d.contiguous(), thr, s, groups)
+            if got is not None:
+                parts.append(got)
+                pending += got[0].numel()
+        if parts and (pending > PRUNE_PENDING * m or e == n):
+            best_v, best_i = _merge_candidates(best_v, best_i, parts)
+            parts, pending = [], 0
+        if best_v.shape[1] == k and (thr is None or not parts):
+            thr = best_v.amax(1)
+    return best_v, best_i
+
+
 @register("knn_tile_topk", "torch")
 def tile_topk(q: FastRows, c: FastRows, k: int, tile_cols: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``k`` smallest fast values per query over the reference block ``c`` (see the module docstring)."""
     n = len(c)
     tile_cols = max(int(tile_cols), 1)
-    best_v = best_i = None
-    for s in range(0, n, tile_cols):
-        e = min(s + tile_cols, n)
-        d = _tile_values(q, c.rows(slice(s, e)))
-        v, i = smallest(d, min(k, e - s))
-        i += s
-        if best_v is None:
-            best_v, best_i = v, i
-        else:
-            v = torch.cat([best_v, v], 1)
-            i = torch.cat([best_i, i], 1)
-            kk = min(k, v.shape[1])
-            best_v, j = torch.topk(v, kk, dim=1, largest=False, sorted=False)
-            best_i = torch.gather(i, 1, j)
+    dev = q.x.device if q.x is not None else (q.nom.device if q.nom is not None else None)
+    if dev is not None and dev.type == "cpu" and len(q):
+        best_v, best_i = _pruned_topk(q, c, k, tile_cols)
+    else:
+        best_v = best_i = None
+        for s in range(0, n, tile_cols):
+            e = min(s + tile_cols, n)
+            d = _tile_values(q, c.rows(slice(s, e)))
+            v, i = smallest(d, min(k, e - s))
+            i += s
+            if best_v is None:
+                best_v, best_i = v, i
+            else:
+                v = torch.cat([best_v, v], 1)
+                i = torch.cat([best_i, i], 1)
+                kk = min(k, v.shape[1])
+                best_v, j = torch.topk(v, kk, dim=1, largest=False, sorted=False)
+                best_i = torch.gather(i, 1, j)
     if q.add is not None:
         best_v = best_v + q.add[:, None]
     if q.mode == "cos" and not q.masked:
