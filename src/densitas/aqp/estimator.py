@@ -178,8 +178,8 @@ class GroupTotals:
             w_full[gids, c] = w
         e = np.zeros(len(self.gid))
         e0 = np.zeros(G)
-        for c, k in enumerate(ks):
-            e += w_full[self.gid, c] * self.residuals[:, k]
+        for c, k in enumerate(ks):  # (only the groups of gids are answered: a scalar weight may apply to all)
+            e += (ws[c] if np.ndim(ws[c]) == 0 else w_full[self.gid, c]) * self.residuals[:, k]
             e0 += w_full[:, c] * self.outside_residual[:, k]
         s1 = np.bincount(self.gid, e, minlength=G) + self.outside * e0
         s2 = np.bincount(self.gid, e * e, minlength=G) + self.outside * (e0 * e0)

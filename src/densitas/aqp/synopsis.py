@@ -285,7 +285,7 @@ class Synopsis:
     def _row_match(self, j: int, ivals: list, v: np.ndarray) -> np.ndarray:
         ok = np.zeros(v.shape, dtype=bool)
         for lo, loi, hi, hii in ivals:
-            ok |= ((v > lo) | ((v == lo) & loi)) & ((v < hi) | ((v == hi) & hii))
+            ok |= ((v >= lo) if loi else (v > lo)) & ((v <= hi) if hii else (v < hi))
         return ok  # NaN (NULL) compares false
 
     # ---- estimation -----------------------------------------------------------------------------------------
