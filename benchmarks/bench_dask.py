@@ -253,8 +253,12 @@ def round_trip(X, sz: Sizes, repeats: int) -> float:
 
 
 def km_dask(client, sz: Sizes, iters: int, repeats: int):
+    from distributed import wait
+
     X, keep = distributed_array(client, make_points, block_rows(sz.n_points, sz.km_blocks), sz.d_km, sz.clusters,
                                 sz.device)
+    X = X.persist()  # the blocks in cluster memory under the array's own keys: the fit's updates run in the workers
+    wait(X)
     t, km = km_per_iteration(X, sz, iters, repeats)
     floor = round_trip(X, sz, repeats)
     del keep

@@ -92,6 +92,17 @@ def _numeric(dtype: Any) -> bool:
         return False
 
 
+def _persisted(x: Any) -> bool:
+    """Whether ``x`` holds blocks in cluster memory (a persisted collection). Its blocks' delayed objects must
+    then keep the futures (an unoptimised graph): else lazy results built on them (``labels_``, ``predict``)
+    outlive the collection, the cluster releases the blocks, and computing them fails with lost dependencies."""
+    try:
+        from distributed import futures_of
+    except ImportError:
+        return False
+    return bool(futures_of(x))
+
+
 def row_blocks(x: Any, name: str = "X", *, ndim: tuple[int, ...] = (2,)) -> RowBlocks:
     """``x`` (a Dask array, DataFrame or Series) as :class:`RowBlocks`.
 
@@ -115,7 +126,7 @@ def row_blocks(x: Any, name: str = "X", *, ndim: tuple[int, ...] = (2,)) -> RowB
             x = x.rechunk({1: -1})
         if any(c != c for c in x.chunks[0]):  # NaN: lengths unknown (e.g. after boolean indexing)
             x = x.compute_chunk_sizes()
-        parts = list(x.to_delayed().ravel())
+        parts = list(x.to_delayed(optimize_graph=not _persisted(x)).ravel())
         offsets = np.concatenate([[0], np.cumsum(x.chunks[0])]).astype(np.int64)
         width = 1 if x.ndim == 1 else int(x.shape[1])
         return RowBlocks(parts, offsets, width, None, np.dtype(x.dtype), one_d=x.ndim == 1)
@@ -130,7 +141,8 @@ def row_blocks(x: Any, name: str = "X", *, ndim: tuple[int, ...] = (2,)) -> RowB
         dtypes = [x.dtype] if one_d else list(x.dtypes)
         names = None if one_d else [str(c) for c in x.columns]
         dtype = np.result_type(*dtypes) if dtypes and all(_numeric(d) for d in dtypes) else np.dtype(object)
-        return RowBlocks(list(x.to_delayed()), offsets, 1 if one_d else len(dtypes), names, dtype, one_d=one_d,
+        parts = list(x.to_delayed(optimize_graph=not _persisted(x)))
+        return RowBlocks(parts, offsets, 1 if one_d else len(dtypes), names, dtype, one_d=one_d,
                          frame=True)
     raise InputError(f"'{name}' must be a Dask array, DataFrame or Series. Got {type(x).__name__} instead.")
 

@@ -100,3 +100,56 @@ def test_errors_name_the_problem(rng, client):
         FuzzyKMeans(200, device="cpu").fit(da.from_array(blobs(rng, n=100), chunks=25))
     with pytest.raises(DensitasError):
         FuzzyKMeans(2, centroid_update="bogus", device="cpu").fit(da.from_array(blobs(rng, n=100), chunks=25))
+
+
+@pytest.fixture
+def loop_calls(monkeypatch):
+    """Counts the runs of the workers' loop (the client side of :class:`densitas.cluster.dask._WorkerLoop`)."""
+    from densitas.cluster import dask as cdask
+
+    calls: list[int] = []
+    run = cdask._WorkerLoop.__call__
+
+    def counted(self, C, shift, max_iter):
+        calls.append(max_iter)
+        return run(self, C, shift, max_iter)
+
+    monkeypatch.setattr(cdask._WorkerLoop, "__call__", counted)
+    return calls
+
+
+@pytest.mark.parametrize("options", [{"n_clusters": 4, "n_nearest": 2, "centroid_update": "auto"},
+                                     {"n_clusters": 3, "n_nearest": 3, "centroid_update": "sort_by_key"}])
+def test_persisted_data_is_fitted_inside_the_workers(rng, client, loop_calls, options):
+    """Blocks in cluster memory: the updates run in one task per worker joined by an all-reduce; the result is
+    the single-machine fit's (iterations, centroids, objectives, labels)."""
+    X = blobs(rng, n=1200)
+    kw = {**options, "fuzzifier": 2.0, "tol": 1e-7, "device": "cpu", "random_state": int(rng.integers(1 << 30))}
+    one = FuzzyKMeans(**kw).fit(X)
+    many = FuzzyKMeans(**kw).fit(da.from_array(X, chunks=250).persist())
+    assert loop_calls == [kw.get("max_iter", 300)]  # one run of the loop did every update
+    assert_same_fit(one, many)
+
+
+def test_workers_loop_hands_an_empty_cluster_to_the_client(rng, client, loop_calls):
+    """An update that leaves a cluster empty stops the workers' loop; the client relocates the cluster (as the
+    single machine does) and the loop goes on from there."""
+    X = blobs(rng, n=400, d=2)
+    init = np.array([[0.0, 0.0], [1.0, 1.0], [1e4, 1e4]])
+    kw = {"n_clusters": 3, "n_nearest": 1, "init": init, "fuzzifier": 2.0, "max_iter": 5, "tol": 0.0,
+          "device": "cpu"}
+    one = FuzzyKMeans(**kw).fit(X)
+    many = FuzzyKMeans(**kw).fit(da.from_array(X, chunks=90).persist())
+    assert loop_calls[:2] == [5, 4]  # stopped before the first update; went on after the relocation
+    assert_same_fit(one, many)
+
+
+def test_lazy_data_or_a_callback_keep_the_map_reduce(rng, client, loop_calls):
+    X = blobs(rng, n=300)
+    kw = {"n_clusters": 3, "fuzzifier": 2.0, "device": "cpu", "random_state": 0, "max_iter": 4, "tol": 0.0}
+    FuzzyKMeans(**kw).fit(da.from_array(X, chunks=100))  # blocks computed per task: nothing to loop over
+    from densitas.cluster.dask import fit_dask
+
+    seen = []
+    fit_dask(FuzzyKMeans(**kw), da.from_array(X, chunks=100).persist(), callback=lambda *a: seen.append(a))
+    assert loop_calls == [] and len(seen) == 4
