@@ -106,8 +106,9 @@ class BuildOptions:
     max_pair_res: int = 256  # finest resolution of a pair grid, per dimension
     min_dependence: float = 0.002  # pairs whose probe dependence score is lower get no grid
     sample_size: int | None = None  # None: from the budget, at most max_sample_rows
-    # a query reads every sample row (the regression estimator), so its latency grows with the sample: beyond
-    # this many rows the budget's sample share is left unused and a query costs what it costs at TPC-H SF1
+    # a query reads the sample rows its box can touch (most of them under several predicate columns), so its
+    # latency grows with the sample: beyond this many rows the budget's sample share is left unused and a query
+    # costs what it costs at TPC-H SF1
     max_sample_rows: int = 32_768
     max_groups: int = 1000
     seed: int = 0

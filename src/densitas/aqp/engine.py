@@ -101,8 +101,8 @@ class Engine:
 
         ``options`` are :class:`~densitas.aqp.build.BuildOptions` fields: ``budget_bytes``, ``budget_fraction``
         (default 0.01 of the table's storage), ``max_bins``, ``max_pair_res``, ``min_dependence``, ``sample_size``,
-        ``max_sample_rows`` (default 32,768: a query reads every sample row), ``max_groups``, ``shares``, ``seed``,
-        ``bandwidth``.
+        ``max_sample_rows`` (default 32,768: a query reads the sample rows its box can touch), ``max_groups``,
+        ``shares``, ``seed``, ``bandwidth``.
         """
         fields = build_mod.BuildOptions.__dataclass_fields__
         bad = [k for k in options if k not in fields]
