@@ -153,3 +153,19 @@ def test_lazy_data_or_a_callback_keep_the_map_reduce(rng, client, loop_calls):
     seen = []
     fit_dask(FuzzyKMeans(**kw), da.from_array(X, chunks=100).persist(), callback=lambda *a: seen.append(a))
     assert loop_calls == [] and len(seen) == 4
+
+
+def test_workers_loop_reports_a_bad_block_without_hanging(rng, client, loop_calls):
+    """A block that fails its check on one worker stops every worker's loop (they agree before the first
+    all-reduce of sums), and the client gets that worker's error, naming the row."""
+    from densitas.exceptions import InputError
+
+    X = blobs(rng, n=200)
+    X[157, 2] = np.nan  # in the last block: the worker holding the first blocks prepares fine
+    init = X[:2].copy()
+    with pytest.raises(InputError) as err:
+        FuzzyKMeans(2, init=init, fuzzifier=2.0, device="cpu", max_iter=3).fit(da.from_array(X, chunks=50).persist())
+    assert "157" in str(err.value)
+    assert len(loop_calls) == 1
+    for worker in client.scheduler_info()["workers"]:  # no worker is left waiting in an all-reduce
+        assert client.submit(int, 1, workers=[worker], pure=False).result(timeout=30) == 1

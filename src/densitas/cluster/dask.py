@@ -34,7 +34,7 @@ from densitas._backend.chunking import memory_budget as default_budget
 from densitas._backend.device import resolve_device
 from densitas._dask import RowBlocks, block_tensor, compute, compute_reduced, row_blocks
 from densitas.cluster._data import ChunkedData, _nonfinite_message, compute_dtype
-from densitas.exceptions import InputError
+from densitas.exceptions import DensitasError, InputError
 
 __all__ = ["DaskRows", "fit_dask", "predict_dask"]
 
@@ -255,8 +255,17 @@ def _worker_fit(comm: Any, blocks: list[tuple[int, Any]], offsets: np.ndarray, C
                 plan: PassPlan, max_iter: int, tol: float) -> LoopResult:
     """The fit's updates on one worker's blocks: each update's partial sums all-reduced over the workers, the
     same new centroids formed on every worker (so every worker takes the same branch at every step)."""
-    passes = [_BlockPass(block, int(offsets[i]), plan) for i, block in blocks]
+    try:  # every worker learns whether all prepared their blocks: a worker that raised alone would leave the
+        # others waiting in the first all-reduce
+        passes, failure = [_BlockPass(block, int(offsets[i]), plan) for i, block in blocks], None
+    except DensitasError as err:
+        passes, failure = [], err
+    ready = comm.allreduce(np.array([0.0 if failure else 1.0]))
+    if failure is not None:
+        raise failure
     C, history, method = C0.copy(), [], plan.method
+    if ready[0] < comm.world:  # another worker raised: the client sees its error
+        return LoopResult(C, history, method, False)
     k, d = C.shape
     for _ in range(max_iter):
         parts = [bp(C, shift, True, False) for bp in passes]
