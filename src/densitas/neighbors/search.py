@@ -36,7 +36,7 @@ from densitas.neighbors import (
     _torch,  # noqa: F401  (registers the PyTorch implementation)
     _triton_registry,  # noqa: F401  (registers the fused Triton kernel, lazily)
 )
-from densitas.neighbors._torch import FastRows, prepare
+from densitas.neighbors._torch import FastRows, prepare, prepare_dense_sq
 from densitas.neighbors.distances import (
     Encoded,
     Metric,
@@ -114,8 +114,12 @@ class References:
         if first.num is None:
             return None
         if self._shift is None:
-            x = first.num.to(torch.float64)
-            s = torch.nanmean(x, 0) if bool(torch.isnan(x).any()) else x.mean(0)
+            # any point near the data will do: the mean in the data's precision, and in float64 (NaN skipped)
+            # only when that is not finite (missing values, or float32 sums past its range)
+            s = first.num.mean(0).to(torch.float64)
+            if not bool(torch.isfinite(s).all()):
+                x = first.num.to(torch.float64)
+                s = torch.nanmean(x, 0) if bool(torch.isnan(x).any()) else x.mean(0)
             self._shift = torch.nan_to_num(s, nan=0.0)
         return self._shift.to(first.num.device)
 
@@ -237,13 +241,24 @@ def search(refs: References, queries: Encoded, k: int, metric: Metric, *, skip: 
         if n_b == 0:
             continue
         shift = refs.shift(blk) if metric.center else None
+        # dense squared Euclidean on the CPU (PyTorch's fast pass): operands straight from the raw rows, no
+        # float64 copies
+        dense = backend == "torch" and not cuda and metric.fast == "sq" and not skip and not nominal \
+            and blk.num is not None and shift is not None
         if q_fast is None:
-            qt = _transform(queries.num, metric, shift)
-            q_fast = prepare(qt, queries.nom if metric.nominal else None, metric.fast, skip, "query", fast_dtype)
-            q_scale = row_scales(metric, qt, r)
-        ct = _transform(blk.num, metric, shift)
-        c_fast = prepare(ct, blk.nom if metric.nominal else None, metric.fast, skip, "reference", fast_dtype)
-        c_scale = row_scales(metric, ct, r)
+            if dense:
+                q_fast, q_scale = prepare_dense_sq(queries.num, shift, "query", fast_dtype)
+            else:
+                qt = _transform(queries.num, metric, shift)
+                q_fast = prepare(qt, queries.nom if metric.nominal else None, metric.fast, skip, "query",
+                                 fast_dtype)
+                q_scale = row_scales(metric, qt, r)
+        if dense:
+            c_fast, c_scale = prepare_dense_sq(blk.num, shift, "reference", fast_dtype)
+        else:
+            ct = _transform(blk.num, metric, shift)
+            c_fast = prepare(ct, blk.nom if metric.nominal else None, metric.fast, skip, "reference", fast_dtype)
+            c_scale = row_scales(metric, ct, r)
         a_c_max = float(c_scale.max()) if c_scale is not None else 0.0
         kp = min(kp_target, n_b)
         if kp not in kappas:
