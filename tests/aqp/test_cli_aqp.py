@@ -53,3 +53,31 @@ def test_build_and_query_on_postgres(pg_url):
     assert "synopsis of t: 3,000 rows" in r.output
     r = CliRunner().invoke(app, ["query", "--db", pg_url, "SELECT g, COUNT(*) AS n FROM t WHERE q <= 5 GROUP BY g"])
     assert r.exit_code == 0 and "n_ci_low" in r.output, r.output
+
+
+def test_refresh_prints_what_it_did(tmp_path):
+    """``densitas refresh``: current, merged (rows appended), rebuilt with its reason; errors are one line."""
+    db = str(tmp_path / "r.duckdb")
+    with Engine(db) as eng:
+        eng.con.execute("CREATE TABLE t AS SELECT (i % 100)::DOUBLE AS x, (i % 7)::INTEGER AS k FROM range(5000) r(i)")
+        eng.build("t", ["x", "k"])
+    r = CliRunner().invoke(app, ["refresh", "--db", db, "t"])
+    assert r.exit_code == 0, r.output
+    assert "is current: no rows appended (5,000 rows)" in r.output
+    with Engine(db) as eng:
+        eng.con.execute("INSERT INTO t SELECT (i % 100)::DOUBLE, (i % 7)::INTEGER FROM range(300) r(i)")
+    r = CliRunner().invoke(app, ["refresh", "--db", db, "t"])
+    assert r.exit_code == 0, r.output
+    assert "merged: 300 rows appended, 5,300 rows now" in r.output
+    with Engine(db) as eng:
+        assert int(eng.synopses()["rows"].iloc[0]) == 5300
+        eng.con.execute("INSERT INTO t SELECT (i % 100)::DOUBLE, 99 FROM range(10) r(i)")  # a new discrete value
+    r = CliRunner().invoke(app, ["refresh", "--db", db, "t", "--verify"])
+    assert r.exit_code == 0, r.output
+    assert "rebuilt (10 rows appended)" in " ".join(r.output.split())
+    assert "values the discrete column did not hold" in " ".join(r.output.split())
+    r = CliRunner().invoke(app, ["refresh", "--db", db, "nope"])
+    assert r.exit_code == 2 and r.output.startswith("error: ") and len(r.output.strip().splitlines()) == 1
+    r = CliRunner().invoke(app, ["refresh", "--db", str(tmp_path / "missing.duckdb"), "t"])
+    assert r.exit_code == 2 and "does not exist" in r.output
+    assert not (tmp_path / "missing.duckdb").exists()

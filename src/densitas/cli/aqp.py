@@ -15,7 +15,7 @@ from densitas.aqp import Engine
 from densitas.aqp.workload import generate, run, summarize
 from densitas.exceptions import InputError
 
-__all__ = ["bench", "bench_eval", "build", "demo", "query"]
+__all__ = ["bench", "bench_eval", "build", "demo", "query", "refresh"]
 
 console = Console(width=max(Console().width, 130))
 LINEITEM_COLUMNS = ["l_quantity", "l_extendedprice", "l_discount", "l_tax", "l_shipdate", "l_commitdate",
@@ -66,6 +66,37 @@ def build(db: str, table: str, columns: str | None, group_by: str | None, **opti
     if meta.get("size_note"):
         console.print(f"[yellow]note:[/] {meta['size_note']}")
     return meta
+
+
+def refresh(db: str, table: str, verify: bool = False) -> dict:
+    """``densitas refresh``: merge the rows appended to ``table`` into its synopsis (or rebuild it) and print what
+    happened: merged, current or rebuilt, the rows appended and, for a rebuild, why."""
+    from densitas.aqp.postgres import is_postgres
+
+    if not is_postgres(db) and not Path(db).is_file():
+        raise InputError(f"database {db!r} does not exist.")
+    eng = Engine(db)
+    try:
+        meta = eng.refresh(table, verify=verify)
+    finally:
+        eng.close()
+    action, appended = meta["refresh"], int(meta["appended"])
+    if action == "current":
+        line = f"synopsis of [bold]{table}[/] is current: no rows appended ({int(meta['rows']):,} rows)"
+    elif action == "merged":
+        line = (f"synopsis of [bold]{table}[/] merged: {appended:,} rows appended, {int(meta['rows']):,} rows now, "
+                f"sample {int(_options(meta).get('sample_size', 0)):,} rows, in {float(meta['build_seconds']):.2f} s")
+    else:
+        line = (f"synopsis of [bold]{table}[/] rebuilt ({appended:,} rows appended): {meta.get('refresh_reason')}; "
+                f"{int(meta['rows']):,} rows, in {float(meta['build_seconds']):.2f} s")
+    console.print(line)
+    return meta
+
+
+def _options(meta: dict) -> dict:
+    import json
+
+    return json.loads(meta.get("options") or "{}")
 
 
 def query(db: str, sql: str, exact: bool, confidence: float, fallback: str, method: str) -> None:

@@ -1,5 +1,5 @@
-"""``densitas`` command line: demo (the AQP main job), build, query, bench aqp, bandwidth, knn, cluster, info,
-demo-primitives."""
+"""``densitas`` command line: demo (the AQP main job), build, refresh, query, bench aqp, bandwidth, knn, cluster,
+info, demo-primitives."""
 
 from __future__ import annotations
 
@@ -71,6 +71,18 @@ def query(
 ) -> None:
     """Answer a query from the table's synopsis, with confidence intervals."""
     _aqp("query", db, sql, exact, confidence, fallback, method)
+
+
+@app.command()
+def refresh(
+    table: str = typer.Argument(..., help="Table whose synopsis to bring up to date."),
+    db: str = typer.Option(..., "--db", help="DuckDB database file or PostgreSQL URL."),
+    verify: bool = typer.Option(False, "--verify", help="Also check the whole table's fingerprint (one scan): rows "
+                                "updated or deleted since the build then make it a rebuild."),
+) -> None:
+    """Merge the rows appended to a table into its synopsis (time proportional to the new rows), or rebuild it
+    where a merge cannot be exact; prints merged / current / rebuilt, the rows appended and why it rebuilt."""
+    _aqp("refresh", db, table, verify)
 
 
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks against exact answers.")
