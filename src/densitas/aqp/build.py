@@ -260,7 +260,7 @@ class TableStats:
     table_bytes: int
 
 
-def read_statistics(con: Connector, table: str, cols: Columns) -> TableStats:
+def read_statistics(con: Connector, table: str, cols: Columns, fingerprint: bool = True) -> TableStats:
     """Row count and, per column, non-NULL count, range and distinct count (filled into ``cols.infos``); the
     fingerprint and storage size of the table.
 
@@ -286,6 +286,8 @@ def read_statistics(con: Connector, table: str, cols: Columns) -> TableStats:
             raise InputError(f"column {info.name!r} holds non-finite values (NaN or infinity); the synopsis "
                              "cannot place them. Clean or exclude the column.")
         info.nullable, info.lo, info.hi, info.distinct = nn < n_rows, float(lo), float(hi), int(nd)
+    if not fingerprint:  # the caller adds it up (a partitioned build: one part per partition)
+        return TableStats(n_rows, "", con.table_bytes(table))
     fp = con.fetch_rows(con.fingerprint_query(table, cols.names + cols.group_by))[0]
     return TableStats(n_rows, f"{int(fp[0])}:{fp[1]}", con.table_bytes(table))
 
@@ -571,17 +573,23 @@ def write_sum_grids(con: Connector, tables: SynopsisTables, binned: Binned, info
     nullable = [j for j in numeric if infos[j].nullable]
     values = [_count()] + [exp.Sum(this=binned.v(j)) for j in numeric] + [exp.Count(this=binned.v(j))
                                                                           for j in nullable]
-    per_col = opts.shares[2] * plan.budget / (len(infos) * plan.n_groups * lay.row_bytes)
-    sum_res = []
-    for j in range(len(infos)):
-        levels = _levels(plan.bins[j], 4096)
-        sum_res.append(max([r for r in levels if r <= per_col], default=levels[0]))
+    sum_res = sum_grid_resolutions(infos, plan, opts, lay.row_bytes)
     con.execute(lay.create(tables.id))
     for j in range(len(infos)):
         cell = binned.coarse(j, sum_res[j], plan.bins[j])
         grid = sqlglot.select(_num(j), _col("gid"), cell, *(v.copy() for v in values)).from_(binned.table) \
             .group_by(_col("gid"), cell.copy())
         con.execute(exp.insert(grid, lay.table(tables.id)))
+    return sum_res
+
+
+def sum_grid_resolutions(infos: list[ColumnInfo], plan: Plan, opts: BuildOptions, row_bytes: int) -> list[int]:
+    """Each column's sum grid resolution: the finest whose dense size fits the sum grids' share of the budget."""
+    per_col = opts.shares[2] * plan.budget / (len(infos) * plan.n_groups * row_bytes)
+    sum_res = []
+    for j in range(len(infos)):
+        levels = _levels(plan.bins[j], 4096)
+        sum_res.append(max([r for r in levels if r <= per_col], default=levels[0]))
     return sum_res
 
 
@@ -639,6 +647,12 @@ def write_pair_grids(con: Connector, tables: SynopsisTables, binned: Binned, inf
     budget (the pair grids are sparse), less the sample's share."""
     pair_budget = plan.budget * (1 - opts.shares[0]) - stored_bytes(con, tables, "marg", "sums", "edges", "groups")
     chosen = _choose_pairs(con, binned, infos, plan.bins, scores, opts, pair_budget, say)
+    return insert_pair_grids(con, tables, chosen, scores)
+
+
+def insert_pair_grids(con: Connector, tables: SynopsisTables, chosen: list, scores: dict[tuple[int, int], float]
+                      ) -> list[PairGrid]:
+    """Create the pairs table and write the chosen grids (:func:`choose_pair_resolutions`) into it."""
     con.execute(tables.pairs.create(tables.id))
     grids = []
     for pi, (pair, res, cells) in enumerate(chosen):
@@ -692,6 +706,13 @@ def sample_salt(seed: int) -> int:
     return int(seed) * 7919 + 1
 
 
+def sample_target(opts: BuildOptions, budget: int, used: int, k: int, n_rows: int) -> int:
+    """The sample's rows: ``sample_size`` when given, else what the other tables (``used`` bytes) left of the
+    budget, at least 2,000 and at most ``max_sample_rows``; never more than the table's rows."""
+    n_sample = opts.sample_size or int(min(opts.max_sample_rows, max(2000, (budget - used) / (2 + 8 * k))))
+    return min(n_sample, n_rows)
+
+
 def draw_sample(con: Connector, tables: SynopsisTables, binned: Binned, plan: Plan, n_rows: int,
                 opts: BuildOptions) -> Sample:
     """The stratified sample (:func:`sample_quotas` rows per group): each group's first rows in a seeded hash
@@ -703,8 +724,7 @@ def draw_sample(con: Connector, tables: SynopsisTables, binned: Binned, plan: Pl
     """
     k = binned.n_columns
     used = stored_bytes(con, tables, "marg", "sums", "pairs", "edges", "groups")
-    n_sample = opts.sample_size or int(min(opts.max_sample_rows, max(2000, (plan.budget - used) / (2 + 8 * k))))
-    n_sample = min(n_sample, n_rows)
+    n_sample = sample_target(opts, plan.budget, used, k, n_rows)
     groups = tables.groups.table(tables.id)
     gsizes = np.array(con.fetch_rows(sqlglot.select(_col("n")).from_(groups).order_by(_col("gid"))),
                       dtype=np.int64).ravel()
@@ -877,13 +897,16 @@ def dependence(counts: np.ndarray) -> float:
 
 
 
-def _choose_pairs(con: Connector, binned: Binned, infos: list[ColumnInfo], bins: list[int], scores: dict,
-                  opts: BuildOptions, budget: float, say: Callable[[str, float], None]) -> list:
-    """The pair grids to store: ``[(pair, (res0, res1), (gid, c0, c1, n))]``. Dependent pairs (score at least
-    ``min_dependence``) in decreasing score each get a grid, starting at 16 x 16 and doubling the resolution in
-    rounds, most dependent first, while the sparse cell count (exact, from the finest grid GROUP BY computed in
-    the database) fits the budget."""
-    cand = sorted((p for p, v in scores.items() if v >= opts.min_dependence), key=lambda p: -scores[p])
+def candidate_pairs(scores: dict, opts: BuildOptions) -> list[tuple[int, int]]:
+    """The pairs that may get a grid: score at least ``min_dependence``, most dependent first."""
+    return sorted((p for p, v in scores.items() if v >= opts.min_dependence), key=lambda p: -scores[p])
+
+
+def finest_pair_grids(con: Connector, binned: Binned, bins: list[int], cand: list[tuple[int, int]],
+                      opts: BuildOptions, say: Callable[[str, float], None] = lambda step, frac: None) -> dict:
+    """Each candidate pair's grid at its finest resolution (``min(bins, max_pair_res)`` per dimension), one
+    GROUP BY in the database each: ``{pair: ((ra, rb), (gid, x, y, n))}``, sparse, counts exact (they add over
+    partitions of the rows)."""
     finest = {}
     for i, (a, b) in enumerate(cand):
         say(f"pair grid {i + 1}/{len(cand)}", 0.45 + 0.4 * i / max(len(cand), 1))
@@ -893,6 +916,23 @@ def _choose_pairs(con: Connector, binned: Binned, infos: list[ColumnInfo], bins:
                                               exp.alias_(y, "y", quoted=True), exp.alias_(_count(), "n", quoted=True))
                                .from_(binned.table).group_by(_col("gid"), x.copy(), y.copy()))
         finest[(a, b)] = ((ra, rb), tuple(np.asarray(rows[c], dtype=np.int64) for c in ("gid", "x", "y", "n")))
+    return finest
+
+
+def _choose_pairs(con: Connector, binned: Binned, infos: list[ColumnInfo], bins: list[int], scores: dict,
+                  opts: BuildOptions, budget: float, say: Callable[[str, float], None]) -> list:
+    """The pair grids to store: ``[(pair, (res0, res1), (gid, c0, c1, n))]``. Dependent pairs (score at least
+    ``min_dependence``) in decreasing score each get a grid, starting at 16 x 16 and doubling the resolution in
+    rounds, most dependent first, while the sparse cell count (exact, from the finest grid GROUP BY computed in
+    the database) fits the budget."""
+    cand = candidate_pairs(scores, opts)
+    return choose_pair_resolutions(finest_pair_grids(con, binned, bins, cand, opts, say), bins, cand, opts, budget)
+
+
+def choose_pair_resolutions(finest: dict, bins: list[int], cand: list[tuple[int, int]], opts: BuildOptions,
+                            budget: float) -> list:
+    """From the candidates' finest grids (:func:`finest_pair_grids`), the grids to store (see
+    :func:`_choose_pairs`)."""
     levels = {p: (_levels(bins[p[0]], opts.max_pair_res), _levels(bins[p[1]], opts.max_pair_res)) for p in cand}
 
     def at(p, li):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -130,6 +131,49 @@ class Engine:
             meta["size_note"] = note
         return meta
 
+    def build_parquet(self, name: str, files: str | Sequence[str], columns: Sequence[str] | None = None,
+                      group_by: Sequence[str] | None = None, *, client: Any = None, **options: Any) -> dict:
+        """Build (or atomically replace) the synopsis ``name`` of a table partitioned into Parquet files, one
+        partition per Dask task, merged and stored in this engine's database (see :mod:`densitas.aqp.partitioned`);
+        returns its metadata. Queries then say ``FROM name``; staleness is checked against the files.
+
+        ``files`` is a glob (matches sorted by name) or the files in order; ``client`` a ``distributed.Client``
+        (default: Dask's current scheduler, a client made current or the local one); ``options`` as :meth:`build`.
+        The histograms, grids and sample are those a normal build of the files' concatenation (in this order)
+        gives, up to the dependence probe of tables over ``PROBE_SAMPLE_ROWS`` rows (a hash sample here).
+
+        Examples
+        --------
+        >>> import duckdb, tempfile
+        >>> d = tempfile.mkdtemp()
+        >>> for i in range(2):
+        ...     _ = duckdb.execute(f"COPY (SELECT (r % 7)::DOUBLE AS a, r * 0.5 AS b FROM range({5000 * i}, "
+        ...                        f"{5000 * (i + 1)}) t(r)) TO '{d}/p{i}.parquet'")
+        >>> eng = Engine(duckdb.connect())
+        >>> meta = eng.build_parquet("t", d + "/p*.parquet")      # one machine: Dask's local scheduler
+        >>> # on a cluster: eng.build_parquet("t", "s3-or-shared/p*.parquet", client=distributed.Client(...))
+        >>> round(float(eng.query("SELECT COUNT(*) AS n FROM t WHERE a BETWEEN 2 AND 4")["n"].iloc[0]))
+        4286
+        """
+        from densitas.aqp import partitioned
+
+        fields = build_mod.BuildOptions.__dataclass_fields__
+        bad = [k for k in options if k not in fields]
+        if bad:
+            raise InputError(f"unknown build option {bad[0]!r}; options are {sorted(fields)}.")
+        opts = build_mod.BuildOptions(**options)
+        if isinstance(columns, str):
+            columns = [c.strip() for c in columns.split(",") if c.strip()]
+        if isinstance(group_by, str):
+            group_by = [c.strip() for c in group_by.split(",") if c.strip()]
+        with self._lock:
+            meta = partitioned.build_parquet(self.con, name, files, columns, group_by, opts, client=client)
+            self._cache.pop(name, None)
+        note = size_note(meta, opts)
+        if note:
+            meta["size_note"] = note
+        return meta
+
     def refresh(self, table: str, *, verify: bool = False) -> dict:
         """Bring ``table``'s synopsis up to date after rows were appended: the appended rows' synopsis is built
         alone and merged (time proportional to the new rows), or the synopsis is rebuilt where a merge cannot be
@@ -203,8 +247,18 @@ class Engine:
         syn = self._load(table, force=True)
         self._check_fingerprint(syn)
 
+    @staticmethod
+    def _parquet(syn: syn_mod.Synopsis) -> dict | None:
+        """The Parquet source of a synopsis built by :meth:`build_parquet` (None for a table's)."""
+        return json.loads(syn.meta.get("options") or "{}").get("parquet")
+
     def _check_fingerprint(self, syn: syn_mod.Synopsis) -> None:
         cols = [i.name for i in syn.infos] + syn.group_by
+        if self._parquet(syn) is not None:
+            from densitas.aqp import partitioned
+
+            partitioned.check_fingerprint(syn.meta, cols)
+            return
         try:
             n, h = self.con.fetch_rows(self.con.fingerprint_query(syn.table, cols))[0]
         except InputError as exc:  # the table or one of its columns is gone
@@ -215,6 +269,18 @@ class Engine:
                     else "its content changed (same row count)")
             raise StaleSynopsisError(f"synopsis of {syn.table!r} is stale: {what}; rebuild it "
                                      f"(densitas build / Engine.build) or query with fallback='exact'.")
+
+    def _row_count(self, syn: syn_mod.Synopsis) -> int:
+        """The rows of the synopsis' table now: ``count(*)``, or the Parquet files' metadata."""
+        source = self._parquet(syn)
+        if source is not None:
+            from densitas.aqp import partitioned
+
+            files = source["files"]
+            if not all(os.path.isfile(f) for f in files):
+                raise InputError(f"a Parquet file of {syn.table!r} is gone")
+            return sum(partitioned.file_rows(files))
+        return int(self.con.fetch_rows(f"SELECT count(*) FROM {table_ref(syn.table)}")[0][0])
 
     def _load(self, table: str, force: bool = False) -> syn_mod.Synopsis:
         with self._lock:
@@ -228,7 +294,7 @@ class Engine:
                 syn, checked = hit
                 if now - checked > self.recheck_seconds:
                     try:
-                        n = self.con.fetch_rows(f"SELECT count(*) FROM {table_ref(table)}")[0][0]
+                        n = self._row_count(syn)
                     except InputError as exc:  # the table is gone
                         self._cache.pop(table, None)
                         raise StaleSynopsisError(f"synopsis of {table!r} no longer matches its table: {exc}") \

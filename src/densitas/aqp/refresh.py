@@ -40,6 +40,7 @@ from sqlglot import exp
 from densitas.aqp import build as b
 from densitas.aqp.connector import Connector, table_expr
 from densitas.aqp.store import SynopsisTables, catalog_ids, read, stored_bytes
+from densitas.exceptions import InputError
 
 __all__ = ["Delta", "RefreshResult", "find_delta", "refresh"]
 
@@ -185,6 +186,9 @@ def refresh(con: Connector, table: str, *, verify: bool = False) -> RefreshResul
     t0 = time.perf_counter()
     st = read(con, table)
     meta = st.meta
+    if "parquet" in json.loads(meta.get("options") or "{}"):
+        raise InputError(f"the synopsis of {table!r} was built from Parquet files (Engine.build_parquet): a refresh "
+                         "reads a table of the database; build it again from the files instead.")
     delta = find_delta(con, table, meta)
     if delta.reason is not None:
         return _rebuild(con, table, meta, delta.rows, delta.reason)
