@@ -20,6 +20,7 @@ from densitas._backend.chunking import parse_bytes
 from densitas._backend.device import resolve_device
 from densitas._backend.dispatch import select
 from densitas._dask import is_dask
+from densitas.cluster._cpu import augmented_rows, classic_pass
 from densitas.cluster._data import ChunkedData, TensorData, compute_dtype, is_streamed, open_data
 from densitas.cluster.steps import (
     _ALL_METHODS,
@@ -60,7 +61,7 @@ FUSED_MAX_BATCH = 32
 #: Classic fuzzy c-means on the CPU with float64 data in memory: rows per chunk of the two-GEMM pass over the
 #: cached transposed rows [x, 1, ‖x − s‖²]ᵀ (:meth:`FuzzyKMeans._pass_classic_cpu`; 32,768 and 65,536 were within
 #: 2% of each other at n = 500,000, d = 10, k = 5, 8,192 was 6% slower).
-CPU_CLASSIC_ROWS = 1 << 15
+CPU_CLASSIC_ROWS = 32768
 #: GFKM (M < k) on the CPU: every distance from one (k × rows) GEMM, then a top-k along it. False takes the CUDA
 #: route on the CPU too (the operation ``knn_tile_topk`` and exact distances; the tests use it to cover that path).
 CPU_DENSE_SELECT = True
@@ -541,50 +542,11 @@ class FuzzyKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixi
         return _Pass(acc, float(J), out_labels)
 
     def _pass_classic_cpu(self, C: torch.Tensor, q: float, geo: _Geometry, *, sums: bool, labels: bool) -> _Pass:
-        """The classic (M = k) pass on the CPU over the cached ``Xa = [x, 1, ‖x − s‖²]ᵀ`` ((d + 2) × n, float64),
-        in chunks of :data:`CPU_CLASSIC_ROWS` columns, with two GEMMs and five in-place passes per chunk:
-
-        ``D = [−2(c − s), 2 s·(c − s) + ‖c − s‖², 1] · Xa`` (every distance, the row norms included: no separate
-        pass), clamped at 0; ``a = D^(−1/(q−1))`` in place; ``A = Σ_j a``; ``u = a / A`` and ``w = u^q`` in
-        place; ``J += Σ A^(1−q)``; ``Σ w x += w · X`` on the row-major rows (measured faster than ``w · Xaᵀ``,
-        which is used when X is not C-contiguous) and ``Σ w``. A chunk with a zero distance or an overflow (A
-        infinite or zero) is redone with :func:`weights_and_objective`'s log-domain rule. Same results as the
-        general path to rounding."""
-        Xa = geo.augmented
-        X = geo.rows  # the row-major rows themselves: the sums' product reads them faster than Xaᵀ
-        k, d = C.shape
-        n = Xa.shape[1]
-        m2cs, bias = prepare_centroids(C, geo.shift, Xa.dtype)
-        Ca = torch.cat([m2cs, bias[:, None], torch.ones((k, 1), dtype=Xa.dtype)], 1)
-        rows = min(CPU_CLASSIC_ROWS, n)
-        D_buf = torch.empty(k * rows, dtype=Xa.dtype)  # reused by every chunk: no fresh pages to fault in
-        A_buf = torch.empty(rows, dtype=Xa.dtype)
-        acc = torch.zeros((k, d + 1), dtype=torch.float64)
-        J = 0.0
-        out_labels = np.empty(n, dtype=np.int64) if labels else None
-        for s in range(0, n, rows):
-            xc = Xa[:, s:s + rows]
-            m = xc.shape[1]
-            D = torch.mm(Ca, xc, out=D_buf[:k * m].view(k, m)).clamp_(min=0.0)
-            if out_labels is not None:
-                out_labels[s:s + m] = argmin_t(D).numpy()  # ties: lower index
-            a = D.reciprocal_() if q == 2.0 else D.pow_(-1.0 / (q - 1.0))
-            inv = torch.sum(a, 0, out=A_buf[:m]).reciprocal_()  # 1 / A
-            Jc = float(inv.sum()) if q == 2.0 else float(inv.pow(q - 1.0).sum())
-            ok = math.isfinite(Jc) and float(inv.amin()) > 0.0
-            if ok:
-                w = a.mul_(inv)
-                w = w.mul_(w) if q == 2.0 else w.pow_(q)
-                part = _classic_sums(w, X, xc, s, d) if sums else None
-                ok = part is None or math.isfinite(float(part.sum()))
-            if not ok:  # a zero distance, an overflow or an underflow: the general rule for this chunk
-                D = torch.mm(Ca, xc).clamp_(min=0.0)
-                _u, w, Jt = weights_and_objective(D, q, dim=0, keep_u=False, overwrite=True)
-                Jc = float(Jt)
-                part = _classic_sums(w, X, xc, s, d) if sums else None
-            J += Jc
-            if part is not None:
-                acc += part
+        """The classic (M = k) pass on the CPU over the cached ``Xa = [x, 1, ‖x − s‖²]ᵀ``: two GEMMs and four
+        in-place passes per chunk of :data:`CPU_CLASSIC_ROWS` columns, the chunks shared among threads
+        (:func:`densitas.cluster._cpu.classic_pass`). Same results as the general path to rounding."""
+        acc, J, out_labels = classic_pass(geo.augmented, C, geo.shift, q, rows=CPU_CLASSIC_ROWS, sums=sums,
+                                          labels=labels)
         return _Pass(acc, J, out_labels)
 
     # ------------------------------------------------------------------------------------ prediction
@@ -747,17 +709,6 @@ def _on_dask(est: FuzzyKMeans, X: Any, how: str) -> Any:
     return predict_dask(est, X, how)
 
 
-def _classic_sums(w: torch.Tensor, X: torch.Tensor | None, xc: torch.Tensor, s: int, d: int) -> torch.Tensor:
-    """``[Σ_i w_ji x_i, Σ_i w_ji]`` (k, d + 1) of one chunk of :meth:`FuzzyKMeans._pass_classic_cpu`: from the
-    row-major rows ``X[s : s + m]`` when given, else from the chunk ``xc`` of ``[x, 1, ‖x − s‖²]ᵀ``."""
-    if X is None:
-        return torch.mm(w, xc[:d + 1].T)
-    out = torch.empty((w.shape[0], d + 1), dtype=torch.float64)
-    torch.mm(w, X[s:s + w.shape[1]], out=out[:, :d])
-    torch.sum(w, 1, out=out[:, d])
-    return out
-
-
 def _fused_ops(data: ChunkedData, k: int, q: float) -> tuple[Callable, Callable] | None:
     """The fused iteration and pass (operations ``cluster_fused_iterations`` and ``cluster_fused_pass``) when
     their Triton implementations are selected for the data's device (CUDA, or forced under the interpreter) and
@@ -813,19 +764,11 @@ class _Geometry:
         # densitas.neighbors' PyTorch path in a layout that vectorises); on CUDA the fused top-k kernel
         self.dense_select = data.device.type == "cpu" and CPU_DENSE_SELECT
         self.augmented = None
-        self.rows = None
         if (cache_norms and full and budget is not None and isinstance(data, TensorData)
                 and data.device.type == "cpu" and data.x.device.type == "cpu" and data.dtype == torch.float64
                 and data.x.dtype == torch.float64 and (data.n_features + 2) * data.n_rows * 8 <= budget // 2):
             # classic fuzzy c-means on the CPU: Xa = [x, 1, ‖x − s‖²]ᵀ, (d + 2) × n (FuzzyKMeans._pass_classic_cpu)
-            n, d = data.n_rows, data.n_features
-            Xa = torch.empty((d + 2, n), dtype=torch.float64)
-            Xa[d] = 1.0
-            for off, x in data.blocks(rows):
-                Xa[:d, off:off + x.shape[0]] = x.T
-                Xa[d + 1, off:off + x.shape[0]] = sq_norms(x, self.shift)
-            self.augmented = Xa
-            self.rows = data.x if data.x.is_contiguous() else None
+            self.augmented = augmented_rows(data.x, self.shift, rows)
             return
         if cache_norms and (full or self.dense_select) and isinstance(data, TensorData):
             self._norms = torch.cat([sq_norms(x, self.shift) for _, x in data.blocks(rows)])

@@ -1,0 +1,202 @@
+"""Classic fuzzy c-means (``n_nearest = n_clusters``) on the CPU, for float64 data held in memory.
+
+One pass reads the cached transposed rows ``Xa = [x, 1, ‖x − s‖²]ᵀ`` ((d + 2) × n, float64; ``s`` a fixed
+shift near the data) in chunks of columns. Per chunk, two GEMMs on the same columns (the second finds them in
+cache, so the data comes from memory once per pass) and four in-place passes over the (k × rows) block:
+
+1. :func:`chunk_distances`: ``D = [−2(c − s), 2 s·(c − s) + ‖c − s‖², 1] · Xa`` — every squared distance, the
+   row norms included — clamped from below;
+2. :func:`chunk_weights`: ``a = 1/D`` (``D^(−1/(q−1))``), ``A = Σ_j a``, ``w = (a/A)^q`` and the chunk's
+   objective ``Σ A^(1−q)``; for q = 2 one reciprocal per distance and no power;
+3. ``[Σ w x, Σ w] = w · Xa[:d + 1]ᵀ``.
+
+The chunks are shared among threads that each run PyTorch on one thread (:func:`classic_pass`): a chunk is a
+few hundred microseconds of work, too little for PyTorch's own parallel regions to pay for their
+synchronisation — and on a loaded machine every such region waits for a descheduled thread, where threads
+taking whole chunks just take fewer of them. Each chunk's sums are kept apart and added in chunk order, so the
+result does not depend on which thread took which chunk.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import torch
+
+from densitas.cluster.steps import argmin_t, prepare_centroids, sq_norms, weights_and_objective
+
+__all__ = ["augmented_rows", "classic_pass"]
+
+
+def augmented_rows(X: torch.Tensor, shift: torch.Tensor, rows: int) -> torch.Tensor:
+    """``Xa = [x, 1, ‖x − s‖²]ᵀ`` ((d + 2) × n, float64) of the float64 rows ``X``, built ``rows`` at a time."""
+    n, d = X.shape
+    Xa = torch.empty((d + 2, n), dtype=torch.float64)
+    Xa[d] = 1.0
+    for s in range(0, n, rows):
+        x = X[s:s + rows]
+        Xa[:d, s:s + x.shape[0]] = x.T
+        Xa[d + 1, s:s + x.shape[0]] = sq_norms(x, shift)
+    return Xa
+
+
+def augmented_centroids(C: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    """``[−2(c − s), 2 s·(c − s) + ‖c − s‖², 1]`` (k, d + 2), float64: times ``[x, 1, ‖x − s‖²]ᵀ`` it gives
+    ``‖x − c‖²``."""
+    m2cs, bias = prepare_centroids(C, shift, torch.float64)
+    return torch.cat([m2cs, bias[:, None], torch.ones((C.shape[0], 1), dtype=torch.float64)], 1)
+
+
+def distance_floor(k: int) -> float:
+    """The smallest distance of the q = 2 fast path: ``2k`` times the smallest normal float64, so that the sum of
+    k reciprocals is at most half the largest float64."""
+    return 2.0 * k * torch.finfo(torch.float64).tiny
+
+
+class ChunkBuffers:
+    """One thread's work buffers, reused by every chunk it takes (no fresh pages to fault in): the (k × rows)
+    distances/weights, the row sums and a row of ones for them."""
+
+    def __init__(self, k: int, rows: int):
+        self.block = torch.empty(k * rows, dtype=torch.float64)
+        self.row = torch.empty(rows, dtype=torch.float64)
+        self.ones = torch.ones((1, k), dtype=torch.float64)
+
+    def take(self, k: int, m: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """A (k, m) block and a (1, m) row."""
+        return self.block[:k * m].view(k, m), self.row[:m].view(1, m)
+
+
+def chunk_distances(Ca: torch.Tensor, xc: torch.Tensor, q: float, buf: ChunkBuffers) -> torch.Tensor:
+    """Squared distances (k, m) of the chunk ``xc`` of ``Xa`` to the centroids (``Ca``:
+    :func:`augmented_centroids`), in ``buf``.
+
+    Clamped at 0 (rounding can make a tiny distance negative); for q = 2 at :func:`distance_floor` instead, so
+    that ``1/D`` and its row sum stay finite and a zero distance needs no special case (its point gets
+    membership 1 to within ``floor / D`` of its next distance, as the exact rule gives)."""
+    D, _ = buf.take(Ca.shape[0], xc.shape[1])
+    torch.mm(Ca, xc, out=D)
+    return D.clamp_(min=distance_floor(Ca.shape[0]) if q == 2.0 else 0.0)
+
+
+def chunk_weights(D: torch.Tensor, q: float, buf: ChunkBuffers) -> tuple[torch.Tensor | None, float]:
+    """Weights ``w = u^q`` (in place of ``D``, (k, m)) and the objective ``Σ_i A_i^(1−q)`` of the chunk, with
+    ``a = D^(−1/(q−1))``, ``A_i = Σ_j a_ji`` and ``u = a/A`` (then ``Σ_j u_ji^q D_ji = A_i^(1−q)``).
+
+    Returns (None, nan) when that overflows or underflows; the caller then takes the log-domain rule. For q = 2
+    ``a = 1/D`` cannot overflow nor its sum (``D`` ≥ :func:`distance_floor`), so a finite objective is the whole
+    check: an infinite or NaN distance makes it infinite or NaN."""
+    _, A = buf.take(D.shape[0], D.shape[1])
+    a = D.reciprocal_() if q == 2.0 else D.pow_(-1.0 / (q - 1.0))
+    inv = torch.mm(buf.ones, a, out=A).reciprocal_()  # 1/A; a row sum over k is fastest as a GEMV
+    J = float(inv.sum()) if q == 2.0 else float(inv.pow(q - 1.0).sum())
+    if not math.isfinite(J) or (q != 2.0 and not float(inv.amin()) > 0.0):
+        return None, math.nan
+    w = a.mul_(inv)
+    return (w.square_() if q == 2.0 else w.pow_(q)), J
+
+
+def chunk_general(Ca: torch.Tensor, xc: torch.Tensor, q: float) -> tuple[torch.Tensor, float]:
+    """Weights and objective of a chunk by :func:`~densitas.cluster.steps.weights_and_objective`'s rule (zero
+    distances exactly, log domain on overflow): for the chunks where :func:`chunk_weights` gives up."""
+    D = torch.mm(Ca, xc).clamp_(min=0.0)
+    _u, w, J = weights_and_objective(D, q, dim=0, keep_u=False, overwrite=True)
+    return w, float(J)
+
+
+class _Pass:
+    """The state one :func:`classic_pass` shares among its threads: the next chunk to take and each chunk's
+    results, kept apart until they are added in chunk order."""
+
+    def __init__(self, Xa: torch.Tensor, Ca: torch.Tensor, q: float, rows: int, sums: bool, labels: bool):
+        self.Xa, self.Ca, self.q, self.rows = Xa, Ca, q, rows
+        k, d = Ca.shape[0], Xa.shape[0] - 2
+        n = Xa.shape[1]
+        self.n_chunks = -(-n // rows)
+        self.parts = torch.empty((self.n_chunks, k, d + 1), dtype=torch.float64) if sums else None
+        self.objective = np.empty(self.n_chunks, dtype=np.float64)
+        self.labels = np.empty(n, dtype=np.int64) if labels else None
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def take(self) -> int | None:
+        """The next chunk nobody has taken, or None."""
+        with self._lock:
+            c = self._next
+            self._next += 1
+        return c if c < self.n_chunks else None
+
+    def run(self) -> None:
+        """Take chunks until none is left (one thread's share of the pass)."""
+        k, d = self.Ca.shape[0], self.Xa.shape[0] - 2
+        buf = ChunkBuffers(k, self.rows)
+        while (c := self.take()) is not None:
+            s = c * self.rows
+            xc = self.Xa[:, s:s + self.rows]
+            D = chunk_distances(self.Ca, xc, self.q, buf)
+            if self.labels is not None:
+                self.labels[s:s + xc.shape[1]] = argmin_t(D).numpy()  # ties: lower index
+            w, J = chunk_weights(D, self.q, buf)
+            if w is None:  # a zero distance (q ≠ 2), an overflow or an underflow: the general rule
+                w, J = chunk_general(self.Ca, xc, self.q)
+            if self.parts is not None:
+                torch.mm(w, xc[:d + 1].T, out=self.parts[c])
+            self.objective[c] = J
+
+
+def classic_pass(Xa: torch.Tensor, C: torch.Tensor, shift: torch.Tensor, q: float, *, rows: int, sums: bool,
+                 labels: bool) -> tuple[torch.Tensor | None, float, np.ndarray | None]:
+    """One classic fuzzy c-means pass over ``Xa`` (:func:`augmented_rows`) with centroids ``C`` (k, d), in chunks
+    of ``rows`` columns shared among ``torch.get_num_threads()`` threads.
+
+    Returns
+    -------
+    sums : (k, d + 1) float64 tensor or None
+        ``[Σ_i w_ji x_i, Σ_i w_ji]`` (``sums=True``).
+    objective : float
+        ``Σ_i Σ_j w_ij D_ij``.
+    labels : (n,) int64 array or None
+        The nearest centroid of each row, ties to the lower index (``labels=True``).
+    """
+    p = _Pass(Xa, augmented_centroids(C, shift), q, max(int(rows), 1), sums, labels)
+    workers = min(torch.get_num_threads(), p.n_chunks)
+    if workers <= 1:
+        p.run()
+    else:
+        _run_threads(p.run, workers)
+    total = p.parts.sum(0) if p.parts is not None else None
+    return total, math.fsum(p.objective), p.labels
+
+
+# ------------------------------------------------------------------------------------------- threads
+
+_POOL: tuple[ThreadPoolExecutor, int] | None = None  # the pool and its size
+_POOL_LOCK = threading.Lock()
+
+
+def _single_threaded() -> None:
+    """A pool thread's initializer: PyTorch on this thread uses one thread (OpenMP and MKL settings are per
+    thread; the process-wide default that the call also sets is put back by :func:`_run_threads`)."""
+    torch.set_num_threads(1)
+
+
+def _run_threads(fn, workers: int) -> None:
+    """Run ``fn`` in ``workers`` threads of a shared pool whose threads run PyTorch single-threaded; wait."""
+    global _POOL
+    saved = torch.get_num_threads()
+    with _POOL_LOCK:
+        if _POOL is None or _POOL[1] < workers:
+            if _POOL is not None:
+                _POOL[0].shutdown(wait=False)
+            _POOL = (ThreadPoolExecutor(max_workers=workers, thread_name_prefix="densitas-fcm",
+                                        initializer=_single_threaded), workers)
+        pool = _POOL[0]
+    try:
+        for f in [pool.submit(fn) for _ in range(workers)]:
+            f.result()
+    finally:
+        # a new pool thread's set_num_threads(1) also set the default that threads started later inherit
+        torch.set_num_threads(saved)

@@ -1,0 +1,86 @@
+"""The CPU's classic fuzzy c-means pass (``densitas.cluster._cpu``: two GEMMs per chunk over the cached
+[x, 1, ‖x − s‖²]ᵀ, the chunks shared among threads) against the float64 reference pass written by direct
+differences, on integer data where every distance of the GEMM is exact: zero distances, two centroids on the same
+point, ties; the same result whatever the thread count; PyTorch's thread settings left as they were."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from densitas.cluster import _torch as ref
+from densitas.cluster._cpu import augmented_rows, classic_pass
+
+
+def _integer_case(rng, n=61, d=4, k=5):
+    """Small integer rows and centroids: with the shift 0 every product and sum of the distance GEMM is an exact
+    integer in float64, so the pass sees the same distances as the reference. Centroids 0 and 1 are both row 0
+    (two zero distances: 1/2 each), centroid 3 is row 7 (one zero distance); integer data has exact ties."""
+    X = torch.as_tensor(rng.integers(-6, 7, size=(n, d)), dtype=torch.float64)
+    C = torch.as_tensor(rng.integers(-6, 7, size=(k, d)), dtype=torch.float64)
+    C[0] = C[1] = X[0]
+    C[3] = X[7]
+    return X, C
+
+
+@pytest.mark.parametrize("q", [2.0, 1.5, 3.0])
+@pytest.mark.parametrize("rows", [1, 7, 1000])
+def test_classic_pass_equals_the_float64_reference(seeded, q, rows):
+    """q = 2 takes zero distances through the distance floor, other q through the log-domain rule of the chunk;
+    both give the reference's 1/z. The only rounding left is in the reciprocals, powers and sums: 1e-12."""
+    X, C = _integer_case(seeded)
+    d = X.shape[1]
+    shift = torch.zeros(d, dtype=torch.float64)
+    s, J, lab = classic_pass(augmented_rows(X, shift, rows), C, shift, q, rows=rows, sums=True, labels=True)
+    s_ref, J_ref, lab_ref = ref.fused_pass(X, C, C.shape[0], q, labels=True)
+    torch.testing.assert_close(s, s_ref, rtol=1e-12, atol=1e-12 * float(X.abs().max()))
+    assert J == pytest.approx(float(J_ref), rel=1e-12)
+    np.testing.assert_array_equal(lab, lab_ref.numpy())
+    assert lab[0] == 0  # row 0 is on centroids 0 and 1: the tie goes to the lower index
+    # row 0 alone in a pass: half its weight (1/2)^q to each of centroids 0 and 1, nothing to the others
+    one, _, _ = classic_pass(augmented_rows(X[:1], shift, rows), C, shift, q, rows=rows, sums=True, labels=False)
+    assert one[:, d].tolist() == [0.5 ** q, 0.5 ** q, 0.0, 0.0, 0.0]
+
+
+def test_classic_pass_without_sums():
+    X = torch.tensor([[0.0, 0.0], [1.0, 0.0], [4.0, 4.0], [5.0, 4.0]], dtype=torch.float64)
+    C = torch.tensor([[0.0, 0.0], [0.0, 0.0], [4.0, 4.0]], dtype=torch.float64)
+    shift = torch.zeros(2, dtype=torch.float64)
+    s, J, lab = classic_pass(augmented_rows(X, shift, 2), C, shift, 2.0, rows=2, sums=False, labels=True)
+    _s, J_ref, lab_ref = ref.fused_pass(X, C, 3, 2.0, sums=False, labels=True)
+    assert s is None and lab.tolist() == lab_ref.tolist() == [0, 0, 2, 2]
+    assert J == pytest.approx(float(J_ref), rel=1e-12)
+
+
+def _threads_of_a_new_thread() -> int:
+    seen = []
+    t = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
+    t.start()
+    t.join()
+    return seen[0]
+
+
+@pytest.mark.parametrize("q", [2.0, 1.7])
+def test_classic_pass_is_the_same_for_any_thread_count(seeded, q):
+    """Each chunk's sums are kept apart and added in chunk order: 1, 2 or 3 threads give the same bits. The
+    calling thread's PyTorch setting is kept, and so is the default a thread started afterwards gets."""
+    X = torch.as_tensor(seeded.normal(size=(300, 3)) * 3.0)
+    C = X[[4, 50, 200]].clone()  # zero distances: the log-domain rule in some chunks for q = 1.7
+    shift = C.mean(0)
+    Xa = augmented_rows(X, shift, 16)
+    before = torch.get_num_threads()
+    results = []
+    try:
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            results.append(classic_pass(Xa, C, shift, q, rows=16, sums=True, labels=True))
+            assert torch.get_num_threads() == threads
+            assert _threads_of_a_new_thread() == threads
+    finally:
+        torch.set_num_threads(before)
+    for s, J, lab in results[1:]:
+        assert torch.equal(s, results[0][0]) and J == results[0][1]
+        np.testing.assert_array_equal(lab, results[0][2])
