@@ -454,6 +454,8 @@ def build_parquet(con: Connector, name: str, files: str | Sequence[str], columns
     Returns
     -------
     dict
+        The catalog row, plus ``groups``, ``partitions`` and ``phases`` (seconds of the global step, the
+        partitions' tasks, and the merge and store).
 
     Raises
     ------
@@ -472,7 +474,9 @@ def build_parquet(con: Connector, name: str, files: str | Sequence[str], columns
     t0 = time.perf_counter()
     paths = parquet_files(files)
     plan, info = global_step(paths, columns, group_by, opts)
+    t1 = time.perf_counter()
     parts = _compute(plan, client)
+    t2 = time.perf_counter()
     merged = merge_partials(plan, parts)
     if merged.rows != info["rows"]:
         raise StaleSynopsisError(f"the Parquet files changed during the build of {name!r}: {merged.rows} rows read by "
@@ -517,6 +521,7 @@ def build_parquet(con: Connector, name: str, files: str | Sequence[str], columns
     b.set_build_seconds(con, name, meta["build_seconds"])
     meta["groups"] = n_groups
     meta["partitions"] = len(paths)
+    meta["phases"] = {"global": t1 - t0, "partitions": t2 - t1, "merge_and_store": meta["build_seconds"] - (t2 - t0)}
     return meta
 
 
