@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 import sys
 import time
@@ -420,7 +421,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.gpu_only:
         m, n = (2_000, 20_000) if args.small else (20_000, 200_000)
         rows += cpu_rows(m, n, 64, 10, reps, args.seed)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads", file=sys.stderr)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads; load average at the end "
+          f"{os.getloadavg()[0]:.2f} (1 min)", file=sys.stderr)
     print_table(rows)
     return 0
 
