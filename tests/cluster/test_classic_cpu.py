@@ -5,6 +5,8 @@ point, ties; the same result whatever the thread count; PyTorch's thread setting
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import threading
 
 import numpy as np
@@ -84,3 +86,27 @@ def test_classic_pass_is_the_same_for_any_thread_count(seeded, q):
     for s, J, lab in results[1:]:
         assert torch.equal(s, results[0][0]) and J == results[0][1]
         np.testing.assert_array_equal(lab, results[0][2])
+
+
+def _pass_in_child(Xa, C, shift):
+    torch.set_num_threads(2)
+    return classic_pass(Xa, C, shift, 2.0, rows=16, sums=True, labels=False)[0]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_classic_pass_in_a_forked_child(seeded):
+    """A child forked after a threaded pass has none of the parent's pool threads: it starts its own (a pool
+    inherited as is would take the work and never run it)."""
+    X = torch.as_tensor(seeded.normal(size=(200, 3)))
+    C = X[:3].clone()
+    shift = C.mean(0)
+    Xa = augmented_rows(X, shift, 16)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        want = classic_pass(Xa, C, shift, 2.0, rows=16, sums=True, labels=False)[0]
+    finally:
+        torch.set_num_threads(before)
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        got = pool.apply_async(_pass_in_child, (Xa, C, shift)).get(timeout=60)
+    assert torch.equal(got, want)

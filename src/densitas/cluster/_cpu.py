@@ -10,6 +10,9 @@ cache, so the data comes from memory once per pass) and four in-place passes ove
    objective ``Σ A^(1−q)``; for q = 2 one reciprocal per distance and no power;
 3. ``[Σ w x, Σ w] = w · Xa[:d + 1]ᵀ``.
 
+A chunk where step 2 overflows or underflows (or, for q ≠ 2, meets a zero distance) is redone after the pass
+with the general rule (:func:`chunk_general`: zero distances exactly, the log domain).
+
 The chunks are shared among threads that each run PyTorch on one thread (:func:`classic_pass`): a chunk is a
 few hundred microseconds of work, too little for PyTorch's own parallel regions to pay for their
 synchronisation — and on a loaded machine every such region waits for a descheduled thread, where threads
@@ -20,6 +23,7 @@ result does not depend on which thread took which chunk.
 from __future__ import annotations
 
 import math
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -58,50 +62,55 @@ def distance_floor(k: int) -> float:
 
 class ChunkBuffers:
     """One thread's work buffers, reused by every chunk it takes (no fresh pages to fault in): the (k × rows)
-    distances/weights, the row sums and a row of ones for them."""
+    distances/weights, their row sums and a row of ones for those."""
 
     def __init__(self, k: int, rows: int):
-        self.block = torch.empty(k * rows, dtype=torch.float64)
-        self.row = torch.empty(rows, dtype=torch.float64)
+        self.k, self.rows = k, rows
+        self._block = torch.empty(k * rows, dtype=torch.float64)
+        self._row = torch.empty(rows, dtype=torch.float64)
         self.ones = torch.ones((1, k), dtype=torch.float64)
+        self._full = self._views(rows)
 
-    def take(self, k: int, m: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _views(self, m: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._block[:self.k * m].view(self.k, m), self._row[:m].view(1, m)
+
+    def take(self, m: int) -> tuple[torch.Tensor, torch.Tensor]:
         """A (k, m) block and a (1, m) row."""
-        return self.block[:k * m].view(k, m), self.row[:m].view(1, m)
+        return self._full if m == self.rows else self._views(m)
 
 
-def chunk_distances(Ca: torch.Tensor, xc: torch.Tensor, q: float, buf: ChunkBuffers) -> torch.Tensor:
+def chunk_distances(Ca: torch.Tensor, xc: torch.Tensor, floor: float, D: torch.Tensor) -> torch.Tensor:
     """Squared distances (k, m) of the chunk ``xc`` of ``Xa`` to the centroids (``Ca``:
-    :func:`augmented_centroids`), in ``buf``.
-
-    Clamped at 0 (rounding can make a tiny distance negative); for q = 2 at :func:`distance_floor` instead, so
-    that ``1/D`` and its row sum stay finite and a zero distance needs no special case (its point gets
-    membership 1 to within ``floor / D`` of its next distance, as the exact rule gives)."""
-    D, _ = buf.take(Ca.shape[0], xc.shape[1])
-    torch.mm(Ca, xc, out=D)
-    return D.clamp_(min=distance_floor(Ca.shape[0]) if q == 2.0 else 0.0)
+    :func:`augmented_centroids`), written to ``D`` and clamped at ``floor``: 0 (rounding can make a tiny
+    distance negative), or for q = 2 :func:`distance_floor`, so that ``1/D`` and its row sum stay finite and a
+    zero distance needs no special case (its point gets membership 1 to within ``floor / D`` of its next
+    distance, as the exact rule gives)."""
+    return torch.mm(Ca, xc, out=D).clamp_(min=floor)
 
 
-def chunk_weights(D: torch.Tensor, q: float, buf: ChunkBuffers) -> tuple[torch.Tensor | None, float]:
-    """Weights ``w = u^q`` (in place of ``D``, (k, m)) and the objective ``Σ_i A_i^(1−q)`` of the chunk, with
-    ``a = D^(−1/(q−1))``, ``A_i = Σ_j a_ji`` and ``u = a/A`` (then ``Σ_j u_ji^q D_ji = A_i^(1−q)``).
+def chunk_weights(D: torch.Tensor, A: torch.Tensor, ones: torch.Tensor, q: float, objective: torch.Tensor,
+                  smallest: torch.Tensor) -> torch.Tensor:
+    """Weights ``w = u^q`` (in place of ``D``, (k, m)) of a chunk, with ``a = D^(−1/(q−1))``, ``A_i = Σ_j a_ji``
+    (into ``A``, (1, m)) and ``u = a/A``; the chunk's objective ``Σ_i A_i^(1−q)`` (as ``Σ_j u_ji^q D_ji =
+    A_i^(1−q)``) goes to the 0-d tensor ``objective``, and for q ≠ 2 the smallest ``1/A_i`` to ``smallest``.
 
-    Returns (None, nan) when that overflows or underflows; the caller then takes the log-domain rule. For q = 2
-    ``a = 1/D`` cannot overflow nor its sum (``D`` ≥ :func:`distance_floor`), so a finite objective is the whole
-    check: an infinite or NaN distance makes it infinite or NaN."""
-    _, A = buf.take(D.shape[0], D.shape[1])
+    The rule fails where ``A`` overflows or underflows: then the objective is not finite, or (q ≠ 2) the smallest
+    ``1/A`` is 0, and the caller redoes the chunk (:func:`chunk_general`). For q = 2, ``a = 1/D`` (a reciprocal,
+    no power) and ``A`` cannot overflow (``D`` ≥ :func:`distance_floor`); an infinite or NaN distance makes the
+    objective infinite or NaN."""
     a = D.reciprocal_() if q == 2.0 else D.pow_(-1.0 / (q - 1.0))
-    inv = torch.mm(buf.ones, a, out=A).reciprocal_()  # 1/A; a row sum over k is fastest as a GEMV
-    J = float(inv.sum()) if q == 2.0 else float(inv.pow(q - 1.0).sum())
-    if not math.isfinite(J) or (q != 2.0 and not float(inv.amin()) > 0.0):
-        return None, math.nan
-    w = a.mul_(inv)
-    return (w.square_() if q == 2.0 else w.pow_(q)), J
+    inv = torch.mm(ones, a, out=A).reciprocal_()  # 1/A; a row sum over a few rows is fastest as a GEMV
+    if q == 2.0:
+        torch.sum(inv.view(-1), 0, out=objective)
+        return a.mul_(inv).square_()
+    torch.sum(inv.pow(q - 1.0).view(-1), 0, out=objective)
+    torch.amin(inv.view(-1), 0, out=smallest)
+    return a.mul_(inv).pow_(q)
 
 
 def chunk_general(Ca: torch.Tensor, xc: torch.Tensor, q: float) -> tuple[torch.Tensor, float]:
     """Weights and objective of a chunk by :func:`~densitas.cluster.steps.weights_and_objective`'s rule (zero
-    distances exactly, log domain on overflow): for the chunks where :func:`chunk_weights` gives up."""
+    distances exactly, log domain on overflow): for the chunks where :func:`chunk_weights` fails."""
     D = torch.mm(Ca, xc).clamp_(min=0.0)
     _u, w, J = weights_and_objective(D, q, dim=0, keep_u=False, overwrite=True)
     return w, float(J)
@@ -113,11 +122,13 @@ class _Pass:
 
     def __init__(self, Xa: torch.Tensor, Ca: torch.Tensor, q: float, rows: int, sums: bool, labels: bool):
         self.Xa, self.Ca, self.q, self.rows = Xa, Ca, q, rows
-        k, d = Ca.shape[0], Xa.shape[0] - 2
+        self.k, self.d = Ca.shape[0], Xa.shape[0] - 2
         n = Xa.shape[1]
+        self.floor = distance_floor(self.k) if q == 2.0 else 0.0
         self.n_chunks = -(-n // rows)
-        self.parts = torch.empty((self.n_chunks, k, d + 1), dtype=torch.float64) if sums else None
-        self.objective = np.empty(self.n_chunks, dtype=np.float64)
+        self.parts = torch.empty((self.n_chunks, self.k, self.d + 1), dtype=torch.float64) if sums else None
+        self.objective = torch.empty(self.n_chunks, dtype=torch.float64)
+        self.smallest = torch.ones(self.n_chunks, dtype=torch.float64)  # smallest 1/A of each chunk (q ≠ 2)
         self.labels = np.empty(n, dtype=np.int64) if labels else None
         self._next = 0
         self._lock = threading.Lock()
@@ -131,20 +142,27 @@ class _Pass:
 
     def run(self) -> None:
         """Take chunks until none is left (one thread's share of the pass)."""
-        k, d = self.Ca.shape[0], self.Xa.shape[0] - 2
-        buf = ChunkBuffers(k, self.rows)
+        buf = ChunkBuffers(self.k, self.rows)
         while (c := self.take()) is not None:
             s = c * self.rows
             xc = self.Xa[:, s:s + self.rows]
-            D = chunk_distances(self.Ca, xc, self.q, buf)
+            D, A = buf.take(xc.shape[1])
+            chunk_distances(self.Ca, xc, self.floor, D)
             if self.labels is not None:
                 self.labels[s:s + xc.shape[1]] = argmin_t(D).numpy()  # ties: lower index
-            w, J = chunk_weights(D, self.q, buf)
-            if w is None:  # a zero distance (q ≠ 2), an overflow or an underflow: the general rule
-                w, J = chunk_general(self.Ca, xc, self.q)
+            w = chunk_weights(D, A, buf.ones, self.q, self.objective[c], self.smallest[c])
             if self.parts is not None:
-                torch.mm(w, xc[:d + 1].T, out=self.parts[c])
-            self.objective[c] = J
+                torch.mm(w, xc[:self.d + 1].T, out=self.parts[c])
+
+    def repair(self) -> None:
+        """Redo the chunks where the fast rule failed (a zero distance for q ≠ 2, an overflow or an underflow)
+        with the general one."""
+        failed = ~torch.isfinite(self.objective) | (self.smallest <= 0)
+        for c in torch.nonzero(failed).view(-1).tolist():
+            xc = self.Xa[:, c * self.rows:(c + 1) * self.rows]
+            w, self.objective[c] = chunk_general(self.Ca, xc, self.q)
+            if self.parts is not None:
+                torch.mm(w, xc[:self.d + 1].T, out=self.parts[c])
 
 
 def classic_pass(Xa: torch.Tensor, C: torch.Tensor, shift: torch.Tensor, q: float, *, rows: int, sums: bool,
@@ -167,14 +185,26 @@ def classic_pass(Xa: torch.Tensor, C: torch.Tensor, shift: torch.Tensor, q: floa
         p.run()
     else:
         _run_threads(p.run, workers)
+    p.repair()
     total = p.parts.sum(0) if p.parts is not None else None
-    return total, math.fsum(p.objective), p.labels
+    return total, math.fsum(p.objective.tolist()), p.labels
 
 
 # ------------------------------------------------------------------------------------------- threads
 
 _POOL: tuple[ThreadPoolExecutor, int] | None = None  # the pool and its size
 _POOL_LOCK = threading.Lock()
+
+
+def _forget_pool() -> None:
+    """In a forked child the pool's threads do not exist: start a new pool there when one is needed."""
+    global _POOL, _POOL_LOCK
+    _POOL = None
+    _POOL_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
 
 
 def _single_threaded() -> None:

@@ -58,9 +58,10 @@ FUSED = True
 #: to ``FUSED_MAX_BATCH`` (at most ``FUSED_MAX_BATCH − 1`` updates computed past the stopping point and discarded).
 FUSED_FIRST_BATCH = 4
 FUSED_MAX_BATCH = 32
-#: Classic fuzzy c-means on the CPU with float64 data in memory: rows per chunk of the two-GEMM pass over the
-#: cached transposed rows [x, 1, ‖x − s‖²]ᵀ (:meth:`FuzzyKMeans._pass_classic_cpu`; 32,768 and 65,536 were within
-#: 2% of each other at n = 500,000, d = 10, k = 5, 8,192 was 6% slower).
+#: Classic fuzzy c-means on the CPU with float64 data in memory: columns per chunk of the pass over the cached
+#: transposed rows [x, 1, ‖x − s‖²]ᵀ (:func:`densitas.cluster._cpu.classic_pass`, the chunks shared among threads).
+#: At n = 500,000, d = 10, k = 5 on 2 cores: 32,768 and 65,536 within 3% of each other, 16,384 ~10% slower and
+#: 8,192 ~25% slower (each chunk costs ~40 µs of Python and dispatch, partly serialised by the GIL).
 CPU_CLASSIC_ROWS = 32768
 #: GFKM (M < k) on the CPU: every distance from one (k × rows) GEMM, then a top-k along it. False takes the CUDA
 #: route on the CPU too (the operation ``knn_tile_topk`` and exact distances; the tests use it to cover that path).
