@@ -32,6 +32,7 @@ Timings are medians of ``--repeats`` runs (CUDA: synchronised wall time of the w
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -59,6 +60,14 @@ def timed(fn, repeats: int, device: str = "cpu") -> tuple[float, object]:
         _sync(device)
         ts.append(time.perf_counter() - t0)
     return statistics.median(ts), out
+
+
+def _load() -> str:
+    """The 1-, 5- and 15-minute load averages (the machine is shared: they qualify every timing)."""
+    try:
+        return " ".join(f"{v:.2f}" for v in os.getloadavg())
+    except OSError:
+        return "unknown"
 
 
 def make_data(n: int, d: int, c: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -331,7 +340,9 @@ def main() -> None:
         return
     n = args.n or (50_000 if args.small else 500_000)
     X, C0 = make_data(n, args.d, args.k, args.seed)
+    print(f"  load average before: {_load()}")
     classic(X, C0, args.iters, args.repeats, args.device, quick=args.quick)
+    print(f"  load average after: {_load()}")
     if args.classic:
         return
     gfkm(X, C0, args.iters, args.repeats, args.device)
