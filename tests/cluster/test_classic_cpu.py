@@ -22,8 +22,10 @@ def _integer_case(rng, n=61, d=4, k=5):
     integer in float64, so the pass sees the same distances as the reference. Centroids 0 and 1 are both row 0
     (two zero distances: 1/2 each), centroid 3 is row 7 (one zero distance); integer data has exact ties."""
     X = torch.as_tensor(rng.integers(-6, 7, size=(n, d)), dtype=torch.float64)
-    C = torch.as_tensor(rng.integers(-6, 7, size=(k, d)), dtype=torch.float64)
+    C = torch.as_tensor(rng.integers(7, 10, size=(k, d)), dtype=torch.float64)  # outside the rows' range
     C[0] = C[1] = X[0]
+    if torch.equal(X[7], X[0]):  # centroid 3 must not be a third zero distance of row 0
+        X[7, 0] += 1.0
     C[3] = X[7]
     return X, C
 
@@ -95,8 +97,8 @@ def _pass_in_child(Xa, C, shift):
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_classic_pass_in_a_forked_child(seeded):
-    """A child forked after a threaded pass has none of the parent's pool threads: it starts its own (a pool
-    inherited as is would take the work and never run it)."""
+    """A child forked after a threaded pass runs its own threaded pass (no state of the parent's threads is
+    needed there) and gets the parent's result."""
     X = torch.as_tensor(seeded.normal(size=(200, 3)))
     C = X[:3].clone()
     shift = C.mean(0)

@@ -23,9 +23,7 @@ result does not depend on which thread took which chunk.
 from __future__ import annotations
 
 import math
-import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -192,41 +190,38 @@ def classic_pass(Xa: torch.Tensor, C: torch.Tensor, shift: torch.Tensor, q: floa
 
 # ------------------------------------------------------------------------------------------- threads
 
-_POOL: tuple[ThreadPoolExecutor, int] | None = None  # the pool and its size
-_POOL_LOCK = threading.Lock()
-
-
-def _forget_pool() -> None:
-    """In a forked child the pool's threads do not exist: start a new pool there when one is needed."""
-    global _POOL, _POOL_LOCK
-    _POOL = None
-    _POOL_LOCK = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_pool)
-
-
-def _single_threaded() -> None:
-    """A pool thread's initializer: PyTorch on this thread uses one thread (OpenMP and MKL settings are per
-    thread; the process-wide default that the call also sets is put back by :func:`_run_threads`)."""
-    torch.set_num_threads(1)
+_RUN_LOCK = threading.Lock()  # one threaded pass at a time: PyTorch's thread setting is partly process-wide
 
 
 def _run_threads(fn, workers: int) -> None:
-    """Run ``fn`` in ``workers`` threads of a shared pool whose threads run PyTorch single-threaded; wait."""
-    global _POOL
+    """Run ``fn`` in ``workers`` new threads, each running PyTorch single-threaded; wait for them.
+
+    ``torch.set_num_threads(1)`` in a thread sets that thread's OpenMP count and also the default that threads
+    started later inherit: the caller's setting is put back once every thread has set its own (a barrier), before
+    any of them runs ``fn`` — so no thread's late start can leave the process at one thread. The first error of a
+    thread is raised here after all have finished.
+    """
     saved = torch.get_num_threads()
-    with _POOL_LOCK:
-        if _POOL is None or _POOL[1] < workers:
-            if _POOL is not None:
-                _POOL[0].shutdown(wait=False)
-            _POOL = (ThreadPoolExecutor(max_workers=workers, thread_name_prefix="densitas-fcm",
-                                        initializer=_single_threaded), workers)
-        pool = _POOL[0]
-    try:
-        for f in [pool.submit(fn) for _ in range(workers)]:
-            f.result()
-    finally:
-        # a new pool thread's set_num_threads(1) also set the default that threads started later inherit
-        torch.set_num_threads(saved)
+    ready = threading.Barrier(workers + 1)
+    errors: list[BaseException] = []
+
+    def body() -> None:
+        torch.set_num_threads(1)
+        ready.wait()
+        try:
+            fn()
+        except BaseException as err:  # re-raised in the caller
+            errors.append(err)
+
+    with _RUN_LOCK:
+        threads = [threading.Thread(target=body, name="densitas-fcm", daemon=True) for _ in range(workers)]
+        for t in threads:
+            t.start()
+        try:
+            ready.wait()
+        finally:
+            torch.set_num_threads(saved)
+        for t in threads:
+            t.join()
+    if errors:
+        raise errors[0]
