@@ -21,10 +21,20 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["Comm", "Placement", "placement", "run_on_workers"]
+from densitas.exceptions import DensitasError
 
-#: Seconds a task waits for the others (to join the group, or inside an all-reduce) before it fails.
+__all__ = ["Comm", "GroupUnavailableError", "Placement", "placement", "run_on_workers"]
+
+#: Seconds a task waits inside an all-reduce for the others before it fails.
 GROUP_TIMEOUT_S = 600.0
+#: Seconds a task waits for the others to join the group. Every task must run at the same time, which Dask does
+#: not promise (two such runs at once on one-thread workers can each hold one worker): past this the run fails
+#: with :class:`GroupUnavailableError` and the caller takes its scheduler-driven path.
+JOIN_TIMEOUT_S = 60.0
+
+
+class GroupUnavailableError(DensitasError, RuntimeError):
+    """The tasks could not form their group (not all started in time, or the port was taken)."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +108,7 @@ class _Group:
     port: int
     world: int
     timeout_s: float
+    join_timeout_s: float
 
 
 class Comm:
@@ -106,10 +117,18 @@ class Comm:
     def __init__(self, group: _Group, rank: int):
         import torch.distributed as tdist
 
-        timeout = timedelta(seconds=group.timeout_s)
         self.rank, self.world = rank, group.world
-        self._store = tdist.TCPStore(group.host, group.port, group.world, is_master=rank == 0, timeout=timeout)
-        self._pg = tdist.ProcessGroupGloo(self._store, rank, group.world, timeout)
+        try:
+            self._store = tdist.TCPStore(group.host, group.port, group.world, is_master=rank == 0,
+                                         timeout=timedelta(seconds=group.join_timeout_s))
+            self._pg = tdist.ProcessGroupGloo(self._store, rank, group.world, timedelta(seconds=group.timeout_s))
+        except RuntimeError as err:  # torch's DistStoreError / DistNetworkError
+            raise GroupUnavailableError(f"Task {rank} of {group.world} could not join the group at "
+                                        f"{group.host}:{group.port}: {err}") from None
+
+    def close(self) -> None:
+        """Release the group and its store (the rank-0 task's store closes the port)."""
+        self._pg = self._store = None
 
     def allreduce(self, values: np.ndarray) -> np.ndarray:
         """The element-wise sum of ``values`` (float64) over all tasks, on every task (the same on each)."""
@@ -127,19 +146,30 @@ def _free_port() -> int:
 def _member(fn: Any, group: _Group, rank: int, indices: list[int], args: tuple, *blocks: Any) -> Any:
     """The task on one worker: join the group, then ``fn(comm, [(index, block), ...], *args)``."""
     comm = Comm(group, rank)
-    return fn(comm, list(zip(indices, blocks, strict=True)), *args)
+    try:
+        return fn(comm, list(zip(indices, blocks, strict=True)), *args)
+    finally:
+        comm.close()
 
 
-def run_on_workers(where: Placement, fn: Any, *args: Any, timeout_s: float = GROUP_TIMEOUT_S) -> list[Any]:
+def run_on_workers(where: Placement, fn: Any, *args: Any, timeout_s: float = GROUP_TIMEOUT_S,
+                   join_timeout_s: float = JOIN_TIMEOUT_S) -> list[Any]:
     """Run ``fn(comm, blocks, *args)`` once on every worker of ``where`` at the same time, ``blocks`` being the
     ``(index, block)`` pairs that worker holds; returns the results in rank order.
 
     ``fn`` must call :meth:`Comm.allreduce` the same number of times on every worker (an all-reduce waits for
-    all of them), and must be importable by the workers (a module-level function).
+    all of them, up to ``timeout_s``), and must be importable by the workers (a module-level function). A task
+    that raises must first take part in the all-reduce of that step (see ``_worker_fit`` in
+    :mod:`densitas.cluster.dask`: a failure flag in every vector), so that the others stop too.
+
+    Raises
+    ------
+    GroupUnavailableError
+        The tasks did not all join within ``join_timeout_s`` (e.g. another such run holds a worker's threads).
     """
-    host = where.workers[0].split("://", 1)[1].rsplit(":", 1)[0]
+    host = where.workers[0].split("://", 1)[1].rsplit(":", 1)[0].strip("[]")
     port = where.client.run(_free_port, workers=[where.workers[0]])[where.workers[0]]
-    group = _Group(host, int(port), len(where.workers), timeout_s)
+    group = _Group(host, int(port), len(where.workers), timeout_s, join_timeout_s)
     tasks = [where.client.submit(_member, fn, group, rank, idx, args, *[where.futures[i] for i in idx],
                                  workers=[w], allow_other_workers=False, pure=False)
              for rank, (w, idx) in enumerate(zip(where.workers, where.blocks, strict=True))]

@@ -163,9 +163,32 @@ def test_workers_loop_reports_a_bad_block_without_hanging(rng, client, loop_call
     X = blobs(rng, n=200)
     X[157, 2] = np.nan  # in the last block: the worker holding the first blocks prepares fine
     init = X[:2].copy()
+    Xd = da.from_array(X, chunks=50).persist()
+    from distributed import futures_of, wait
+
+    from densitas._collective import placement
+
+    wait(Xd)
+    client.rebalance(futures_of(Xd))
+    assert len(placement(Xd, list(Xd.to_delayed(optimize_graph=False).ravel())).workers) == 2
     with pytest.raises(InputError) as err:
-        FuzzyKMeans(2, init=init, fuzzifier=2.0, device="cpu", max_iter=3).fit(da.from_array(X, chunks=50).persist())
+        FuzzyKMeans(2, init=init, fuzzifier=2.0, device="cpu", max_iter=3).fit(Xd)
     assert "157" in str(err.value)
     assert len(loop_calls) == 1
     for worker in client.scheduler_info()["workers"]:  # no worker is left waiting in an all-reduce
         assert client.submit(int, 1, workers=[worker], pure=False).result(timeout=30) == 1
+
+
+def test_a_group_that_cannot_form_falls_back_to_the_map_reduce(rng, client, monkeypatch):
+    """When the workers' tasks cannot all join (another such run holds a worker), the fit drives the updates
+    from the client instead, with the same result."""
+    from densitas import _collective
+    from densitas._collective import GroupUnavailableError
+
+    def unavailable(*args, **kwargs):
+        raise GroupUnavailableError("Task 1 of 2 could not join the group.")
+
+    monkeypatch.setattr(_collective, "run_on_workers", unavailable)
+    X = blobs(rng, n=600)
+    kw = {"n_clusters": 3, "fuzzifier": 2.0, "tol": 1e-7, "device": "cpu", "random_state": 1}
+    assert_same_fit(FuzzyKMeans(**kw).fit(X), FuzzyKMeans(**kw).fit(da.from_array(X, chunks=150).persist()))

@@ -34,7 +34,7 @@ from densitas._backend.chunking import memory_budget as default_budget
 from densitas._backend.device import resolve_device
 from densitas._dask import RowBlocks, block_tensor, compute, compute_reduced, row_blocks
 from densitas.cluster._data import ChunkedData, _nonfinite_message, compute_dtype
-from densitas.exceptions import DensitasError, InputError
+from densitas.exceptions import InputError
 
 __all__ = ["DaskRows", "fit_dask", "predict_dask"]
 
@@ -255,22 +255,29 @@ def _worker_fit(comm: Any, blocks: list[tuple[int, Any]], offsets: np.ndarray, C
                 plan: PassPlan, max_iter: int, tol: float) -> LoopResult:
     """The fit's updates on one worker's blocks: each update's partial sums all-reduced over the workers, the
     same new centroids formed on every worker (so every worker takes the same branch at every step)."""
-    try:  # every worker learns whether all prepared their blocks: a worker that raised alone would leave the
-        # others waiting in the first all-reduce
-        passes, failure = [_BlockPass(block, int(offsets[i]), plan) for i, block in blocks], None
-    except DensitasError as err:
-        passes, failure = [], err
-    ready = comm.allreduce(np.array([0.0 if failure else 1.0]))
-    if failure is not None:
-        raise failure
     C, history, method = C0.copy(), [], plan.method
-    if ready[0] < comm.world:  # another worker raised: the client sees its error
-        return LoopResult(C, history, method, False)
     k, d = C.shape
+    width = k * (d + 1) + 1  # the sums, the objective; then the count of workers that failed this step
+    try:
+        passes = [_BlockPass(block, int(offsets[i]), plan) for i, block in blocks]
+        failure = None
+    except Exception as err:  # every worker must hear of it before the error is raised
+        passes, failure = [], err
+    if _failed(comm, np.zeros(width), failure):
+        return LoopResult(C, history, method, False)
     for _ in range(max_iter):
-        parts = [bp(C, shift, True, False) for bp in passes]
-        local = _add(parts)
-        total = comm.allreduce(np.append(local.sums.ravel(), local.objective))
+        try:
+            parts = [bp(C, shift, True, False) for bp in passes]
+            local = _add(parts)
+            vec, failure = np.append(local.sums.ravel(), local.objective), None
+        except Exception as err:  # as above
+            vec, failure = np.zeros(width), err
+        total = comm.allreduce(np.append(vec, 1.0 if failure else 0.0))
+        if failure is not None:
+            raise failure
+        if total[-1] > 0:  # another worker failed: the client gets its error
+            return LoopResult(C, history, method, False)
+        total = total[:-1]  # the sums and the objective
         new, empty = _centroids_from_sums(torch.from_numpy(total[:-1].reshape(k, d + 1)), torch.from_numpy(C))
         if empty:
             return LoopResult(C, history, method, True)
@@ -283,17 +290,29 @@ def _worker_fit(comm: Any, blocks: list[tuple[int, Any]], offsets: np.ndarray, C
     return LoopResult(C, history, method, False)
 
 
+def _failed(comm: Any, vec: np.ndarray, failure: BaseException | None) -> bool:
+    """One all-reduce of a step in which some worker may have failed: raise this worker's error after it has
+    told the others; True when another worker failed (this one stops too)."""
+    total = comm.allreduce(np.append(vec, 1.0 if failure else 0.0))
+    if failure is not None:
+        raise failure
+    return bool(total[-1] > 0)
+
+
 class _WorkerLoop:
     """Runs the updates inside the workers (:mod:`densitas._collective`) for a persisted collection."""
 
     def __init__(self, where: Any, blocks: RowBlocks, plan: PassPlan, tol: float):
         self.where, self.offsets, self.plan, self.tol = where, blocks.offsets, plan, tol
 
-    def __call__(self, C: torch.Tensor, shift: torch.Tensor, max_iter: int) -> LoopResult:
-        from densitas._collective import run_on_workers
+    def __call__(self, C: torch.Tensor, shift: torch.Tensor, max_iter: int) -> LoopResult | None:
+        from densitas._collective import GroupUnavailableError, run_on_workers
 
-        results = run_on_workers(self.where, _worker_fit, self.offsets, C.cpu().numpy(), shift.cpu().numpy(),
-                                 self.plan, max_iter, self.tol)
+        try:
+            results = run_on_workers(self.where, _worker_fit, self.offsets, C.cpu().numpy(), shift.cpu().numpy(),
+                                     self.plan, max_iter, self.tol)
+        except GroupUnavailableError:
+            return None  # the caller drives the updates itself
         return results[0]  # every worker formed the same centroids
 
 
@@ -314,8 +333,10 @@ def _iterate(cluster: _Cluster, loop: _WorkerLoop | None, C: torch.Tensor, shift
     history: list[float] = []
     method = None
     while len(history) < max_iter:
-        if loop is not None:
-            got = loop(C, shift, max_iter - len(history))
+        got = loop(C, shift, max_iter - len(history)) if loop is not None else None
+        if got is None:
+            loop = None  # no loop, or its group could not form: one map-reduce per update from here
+        else:
             C = torch.from_numpy(got.C).to(C)
             history.extend(got.history)
             method = got.method if got.history else method
