@@ -145,6 +145,10 @@ def test_answers_staleness_and_errors(parts, tmp_path):
     duckdb.execute(f"COPY (SELECT * FROM read_parquet('{parts[0]}')) TO '{moved}'")
     with pytest.raises(StaleSynopsisError, match="stale"):
         eng.validate("u")
+    # rewritten with another type in a column: stale too (was an InputError about the schema)
+    duckdb.execute(f"COPY (SELECT * REPLACE (x::VARCHAR AS x) FROM read_parquet('{parts[0]}')) TO '{moved}'")
+    with pytest.raises(StaleSynopsisError):
+        eng.validate("u")
     with pytest.raises(InputError, match="matches no file"):
         eng.build_parquet("v", str(tmp_path / "nothing*.parquet"))
     other = tmp_path / "other.parquet"

@@ -534,14 +534,16 @@ def check_fingerprint(meta: dict, columns: list[str]) -> None:
     if missing:
         raise StaleSynopsisError(f"synopsis of {meta['table_name']!r} is stale: its Parquet file {missing[0]!r} is "
                                  "gone; rebuild it (Engine.build_parquet).")
-    src = ParquetSource(files, np.concatenate([[0], np.cumsum(source["rows"])[:-1]]).astype(np.int64).tolist())
-    try:
+    src = None
+    try:  # opening the files checks their schema: a rewritten file with other types is a stale synopsis too
+        src = ParquetSource(files, np.concatenate([[0], np.cumsum(source["rows"])[:-1]]).astype(np.int64).tolist())
         n, h = src.fetch_rows(src.fingerprint_query(SOURCE, columns))[0]
     except InputError as exc:
         raise StaleSynopsisError(f"synopsis of {meta['table_name']!r} no longer matches its Parquet files: {exc}") \
             from None
     finally:
-        src.close()
+        if src is not None:
+            src.close()
     if f"{int(n)}:{0 if h is None else int(h)}" != meta["fingerprint"]:
         raise StaleSynopsisError(f"synopsis of {meta['table_name']!r} is stale: its Parquet files hold {int(n)} rows "
                                  f"(the synopsis {meta['rows']}) or other values; rebuild it (Engine.build_parquet).")
