@@ -2,10 +2,12 @@
 
 One pass reads the cached transposed rows ``Xa = [x, 1, ‖x − s‖²]ᵀ`` ((d + 2) × n, float64; ``s`` a fixed
 shift near the data) in chunks of columns. Per chunk, two GEMMs on the same columns (the second finds them in
-cache, so the data comes from memory once per pass) and four in-place passes over the (k × rows) block:
+cache, so the data comes from memory once per pass) and in-place passes over the (k × rows) block, in three
+steps:
 
 1. :func:`chunk_distances`: ``D = [−2(c − s), 2 s·(c − s) + ‖c − s‖², 1] · Xa`` — every squared distance, the
-   row norms included — clamped from below;
+   row norms included — clamped from below (for q = 2 at a tiny positive floor: a zero distance then gives its
+   row's weight to that centroid up to ~1e-300, and adds ~2k·1e-308 to the objective instead of 0);
 2. :func:`chunk_weights`: ``a = 1/D`` (``D^(−1/(q−1))``), ``A = Σ_j a``, ``w = (a/A)^q`` and the chunk's
    objective ``Σ A^(1−q)``; for q = 2 one reciprocal per distance and no power;
 3. ``[Σ w x, Σ w] = w · Xa[:d + 1]ᵀ``.
