@@ -62,6 +62,21 @@ def size_note(meta: dict, options: build_mod.BuildOptions) -> str | None:
     return head + f"the table is small and every synopsis gets at least min_budget_bytes = {budget:,} bytes"
 
 
+def _names(value: str | Sequence[str] | None) -> Sequence[str] | None:
+    """A column list as given, or parsed from ``"a, b"``."""
+    return [c.strip() for c in value.split(",") if c.strip()] if isinstance(value, str) else value
+
+
+def _build_request(options: dict[str, Any], columns: str | Sequence[str] | None,
+                   group_by: str | Sequence[str] | None) -> tuple[Any, Sequence[str] | None, Sequence[str] | None]:
+    """The build options checked (an unknown name is an :class:`InputError`) and the column lists parsed."""
+    fields = build_mod.BuildOptions.__dataclass_fields__
+    bad = [k for k in options if k not in fields]
+    if bad:
+        raise InputError(f"unknown build option {bad[0]!r}; options are {sorted(fields)}.")
+    return build_mod.BuildOptions(**options), _names(columns), _names(group_by)
+
+
 class Engine:
     """Approximate query engine over a database.
 
@@ -105,15 +120,7 @@ class Engine:
         ``max_sample_rows`` (default 32,768: a query reads the sample rows its box can touch), ``max_groups``,
         ``shares``, ``seed``, ``bandwidth``.
         """
-        fields = build_mod.BuildOptions.__dataclass_fields__
-        bad = [k for k in options if k not in fields]
-        if bad:
-            raise InputError(f"unknown build option {bad[0]!r}; options are {sorted(fields)}.")
-        opts = build_mod.BuildOptions(**options)
-        if isinstance(columns, str):
-            columns = [c.strip() for c in columns.split(",") if c.strip()]
-        if isinstance(group_by, str):
-            group_by = [c.strip() for c in group_by.split(",") if c.strip()]
+        opts, columns, group_by = _build_request(options, columns, group_by)
         with self._lock:
             if progress:
                 from rich.progress import Progress
@@ -157,15 +164,7 @@ class Engine:
         """
         from densitas.aqp import partitioned
 
-        fields = build_mod.BuildOptions.__dataclass_fields__
-        bad = [k for k in options if k not in fields]
-        if bad:
-            raise InputError(f"unknown build option {bad[0]!r}; options are {sorted(fields)}.")
-        opts = build_mod.BuildOptions(**options)
-        if isinstance(columns, str):
-            columns = [c.strip() for c in columns.split(",") if c.strip()]
-        if isinstance(group_by, str):
-            group_by = [c.strip() for c in group_by.split(",") if c.strip()]
+        opts, columns, group_by = _build_request(options, columns, group_by)
         with self._lock:
             meta = partitioned.build_parquet(self.con, name, files, columns, group_by, opts, client=client)
             self._cache.pop(name, None)
