@@ -15,7 +15,7 @@ import pytest
 from densitas.aqp import Engine, StaleSynopsisError, store
 from densitas.aqp.workload import generate
 from densitas.exceptions import InputError
-from tests.aqp.test_coverage import GROUPS, TABLES, Z95
+from tests.aqp.test_coverage import GROUPS, TABLES, Z95, scored
 from tests.aqp.test_postgres import U
 
 BASE_SEED = int(os.environ.get("DENSITAS_TEST_SEED", "20261126"))
@@ -170,14 +170,8 @@ def test_partitioned_intervals_cover_at_their_rate(tmp_path):
     for seed in seeds:
         eng.build_parquet("t", files, group_by=GROUPS[TABLE_NAME], budget_bytes=120_000, seed=seed)
         for wq in generate(eng, "t", 60, seed=seed + 1):
-            apx, ex = eng.query(wq.sql), eng.exact(wq.sql)
-            keys = [c for c in ex.columns if c not in ("v", "v_ci_low", "v_ci_high")]
-            m = ex[[*keys, "v"]].merge(apx, on=keys, suffixes=("_exact", "")) if keys else \
-                apx.assign(v_exact=ex["v"].to_numpy())
-            m = m[np.isfinite(m["v_exact"].to_numpy(dtype=float))]
-            sd = (m["v_ci_high"] - m["v_ci_low"]).to_numpy(dtype=float) / (2 * Z95)
-            err = (m["v"] - m["v_exact"]).to_numpy(dtype=float)
-            keep = (sd > 1e-6 * np.abs(m["v_exact"].to_numpy(dtype=float)) + 1e-12) & np.isfinite(sd)
+            err, sd, truth = scored(eng, wq.sql)
+            keep = (sd > 1e-6 * np.abs(truth) + 1e-12) & np.isfinite(sd)
             zs.append(err[keep] / sd[keep])
     z = np.concatenate(zs)
     cover, mean_abs = float(np.mean(np.abs(z) < Z95)), float(np.mean(np.abs(z)))
