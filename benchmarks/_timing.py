@@ -22,3 +22,21 @@ def bench(fn: Callable[[], object], device: torch.device, reps: int = 10) -> flo
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+class StepClock:
+    """A build's ``progress`` callback that prints each step's time since the start and since the previous step.
+
+    >>> clock = StepClock()
+    >>> clock("binned", 0.5)  # doctest: +ELLIPSIS
+        0.0 s (+  0.0) binned
+    """
+
+    def __init__(self, indent: str = "") -> None:
+        self.indent = indent
+        self.start = self.last = time.perf_counter()
+
+    def __call__(self, step: str, frac: float) -> None:
+        now = time.perf_counter()
+        print(f"{self.indent}{now - self.start:7.1f} s (+{now - self.last:5.1f}) {step}", flush=True)
+        self.last = now

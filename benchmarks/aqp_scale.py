@@ -17,6 +17,8 @@ from __future__ import annotations
 import argparse
 import time
 
+from _timing import StepClock
+
 from densitas.aqp import Engine
 from densitas.aqp import build as build_mod
 from densitas.aqp.datasets import tpch_lineitem
@@ -42,14 +44,8 @@ def main() -> None:
     if not a.no_build:
         if a.memory_limit:
             eng.con.execute(f"SET memory_limit = '{a.memory_limit}'")
-        t0 = time.perf_counter()
-        last = [t0]
-
-        def say(step: str, frac: float) -> None:
-            now = time.perf_counter()
-            print(f"{now - t0:7.1f} s (+{now - last[0]:5.1f}) {step}", flush=True)
-            last[0] = now
-
+        say = StepClock()
+        t0 = say.start
         meta = build_mod.build(eng.con, "lineitem", LINEITEM_COLUMNS, LINEITEM_GROUPS, progress=say)
         print(f"build {time.perf_counter() - t0:.1f} s; synopsis {meta['size_bytes'] / 1e6:.2f} MB")
     eng.close()

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import duckdb
 import psycopg
+from _timing import StepClock
 from sqlglot import exp
 
 from densitas.aqp import Engine
@@ -82,13 +83,8 @@ def worst(res, queries, k: int = 3) -> str:
 
 def timed_build(eng: Engine) -> tuple[float, dict]:
     """Build the lineitem synopsis, printing each step's time; returns the seconds and the metadata."""
-    t0 = time.perf_counter()
-    last = [t0]
-
-    def say(step: str, frac: float) -> None:
-        now = time.perf_counter()
-        print(f"  {now - t0:7.1f} s (+{now - last[0]:5.1f}) {step}", flush=True)
-        last[0] = now
+    say = StepClock("  ")
+    t0 = say.start
 
     meta = build_mod.build(eng.con, "lineitem", LINEITEM_COLUMNS, LINEITEM_GROUPS,
                            build_mod.BuildOptions(append_key="l_orderkey"), progress=say)
