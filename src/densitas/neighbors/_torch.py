@@ -298,6 +298,14 @@ def _below(d: torch.Tensor, thr: torch.Tensor, s: int, groups: int) -> tuple[tor
     return r[pi], vals[pi, gi], gi * w + j[pi] + s
 
 
+def _fold(best_v: torch.Tensor, best_i: torch.Tensor, v: torch.Tensor, i: torch.Tensor, k: int
+          ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The k smallest (unsorted) of the running list ``best_*`` and a tile's candidates ``v, i``."""
+    v, i = torch.cat([best_v, v], 1), torch.cat([best_i, i], 1)
+    best_v, j = torch.topk(v, min(k, v.shape[1]), dim=1, largest=False, sorted=False)
+    return best_v, torch.gather(i, 1, j)
+
+
 def _pruned_topk(q: FastRows, c: FastRows, k: int, tile_cols: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The CPU form of :func:`tile_topk`: tiles of ``tile_cols`` references, each a GEMM into one reused
     buffer (dense modes) or :func:`_tile_values`, then a selection pruned by the running k-th value.
@@ -329,9 +337,7 @@ def _pruned_topk(q: FastRows, c: FastRows, k: int, tile_cols: int) -> tuple[torc
             if best_v is None:
                 best_v, best_i = v, i
             elif best_v.shape[1] < k:
-                v, i = torch.cat([best_v, v], 1), torch.cat([best_i, i], 1)
-                best_v, j = torch.topk(v, min(k, v.shape[1]), dim=1, largest=False, sorted=False)
-                best_i = torch.gather(i, 1, j)
+                best_v, best_i = _fold(best_v, best_i, v, i, k)
             else:  # a narrow tile (the last of the block): its k smallest wait with the other candidates
                 rows = torch.arange(m, device=d.device).repeat_interleave(v.shape[1])
                 parts.append((rows, v.reshape(-1), i.reshape(-1)))
@@ -364,14 +370,7 @@ def tile_topk(q: FastRows, c: FastRows, k: int, tile_cols: int) -> tuple[torch.T
             d = _tile_values(q, c.rows(slice(s, e)))
             v, i = smallest(d, min(k, e - s))
             i += s
-            if best_v is None:
-                best_v, best_i = v, i
-            else:
-                v = torch.cat([best_v, v], 1)
-                i = torch.cat([best_i, i], 1)
-                kk = min(k, v.shape[1])
-                best_v, j = torch.topk(v, kk, dim=1, largest=False, sorted=False)
-                best_i = torch.gather(i, 1, j)
+            best_v, best_i = (v, i) if best_v is None else _fold(best_v, best_i, v, i, k)
     if q.add is not None:
         best_v = best_v + q.add[:, None]
     if q.mode == "cos" and not q.masked:
