@@ -121,15 +121,13 @@ class _BlockPass:
     the single-machine pass with fixed centroids and shift."""
 
     def __init__(self, block: Any, offset: int, plan: PassPlan):
-        from densitas.cluster.fuzzy import _fused_ops
-
         self.plan = plan
         self.data, self.dev, self.budget = _block_data(block, offset, plan)
-        self._fused: dict[int, Any] = {}
-        self._fused_ops = _fused_ops
+        self._fused: Any = None  # the fused kernel's operations for k centroids, found on the first call
+        self._fused_k = -1
 
     def __call__(self, C: np.ndarray, shift: np.ndarray, sums: bool, labels: bool) -> PartialPass:
-        from densitas.cluster.fuzzy import CPU_CHUNK_ELEMENTS, FuzzyKMeans, _Geometry
+        from densitas.cluster.fuzzy import CPU_CHUNK_ELEMENTS, FuzzyKMeans, _fused_ops, _Geometry
         from densitas.cluster.steps import choose_method
 
         plan, data, dev = self.plan, self.data, self.dev
@@ -138,9 +136,10 @@ class _BlockPass:
         if data.n_rows == 0:
             return PartialPass(np.zeros((k, d + 1)) if sums else None, 0.0, plan.method,
                                np.empty(0, np.int64) if labels else None)
-        if k not in self._fused:
-            self._fused[k] = self._fused_ops(data, k, plan.q) if plan.method == "auto" else None
-        fused = self._fused[k]
+        if self._fused_k != k:
+            self._fused = _fused_ops(data, k, plan.q) if plan.method == "auto" else None
+            self._fused_k = k
+        fused = self._fused
         if fused is not None:
             s, J, lab = fused[1](data.x, Ct, plan.M, plan.q, sums=sums, labels=labels)
             return PartialPass(None if s is None else s.cpu().numpy(), float(J), "fused",
