@@ -262,3 +262,22 @@ def test_rows_and_terms_left_out_where_they_vanish_give_the_reference_answer(rng
     whole = regression_totals(y[:, None], [Auxiliaries(Z, totals)], gid, N, n)  # every row, dense: the same
     np.testing.assert_allclose(whole.value[:, 0], ref_value, rtol=1e-9)
     np.testing.assert_allclose(whole.sampling_variance(np.arange(G), [0], [1.0]), ref_var, rtol=1e-9)
+
+
+def test_rows_in_any_order_give_the_same_answer(rng):
+    """The rows given need not be sorted by group: shuffled, the estimate, its variance and the residuals (in the
+    caller's order) are those of the sorted rows (the same sums in another order: 1e-9 is far above their
+    round-off)."""
+    G, m = 3, 3000
+    gid = np.sort(rng.integers(0, G, m))
+    z = rng.uniform(size=(m, 2))
+    y = (z[:, 0] + rng.normal(size=m))[:, None]
+    totals = rng.uniform(50, 80, (G, 2))
+    N, n = np.full(G, 10_000.0), np.bincount(gid, minlength=G).astype(float)
+    ref = regression_totals(y, [Auxiliaries(z, totals)], gid, N, n)
+    p = rng.permutation(m)
+    got = regression_totals(y[p], [Auxiliaries(z[p], totals)], gid[p], N, n)
+    np.testing.assert_allclose(got.value, ref.value, rtol=1e-9)
+    np.testing.assert_allclose(got.sampling_variance(np.arange(G), [0], [1.0]),
+                               ref.sampling_variance(np.arange(G), [0], [1.0]), rtol=1e-9)
+    np.testing.assert_allclose(got.residuals, ref.residuals[p], rtol=1e-9, atol=1e-12)

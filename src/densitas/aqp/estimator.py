@@ -34,7 +34,6 @@ for any model.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -156,6 +155,8 @@ class GroupTotals:
     df: np.ndarray  # (G, K) residual degrees of freedom
     outside: np.ndarray  # (G,) sample rows of the group not given (y and every auxiliary 0 there)
     outside_residual: np.ndarray  # (G, K) the residual each of them has
+    residual_sum: np.ndarray  # (G, K) Σ of the residuals over the group's rows given
+    residual_cross: np.ndarray  # (G, K, K) Σ of their products, key by key
 
     def sampling_variance(self, gids: np.ndarray, ks: list[int], ws: list[np.ndarray | float]) -> np.ndarray:
         """(len(gids),): the estimated variance of ``Σ_k w_k T̂_k`` for each group of ``gids`` (weights scalar or
@@ -172,24 +173,20 @@ class GroupTotals:
         >>> bool(0 < v[0] < 1000.0 ** 2 * 0.25 / 200)                       # below the plain sample's variance
         True
         """
-        G = len(self.N)
-        w_full = np.zeros((G, len(ks)))
-        for c, w in enumerate(ws):
-            w_full[gids, c] = w
-        e = np.zeros(len(self.gid))
-        e0 = np.zeros(G)
-        for c, k in enumerate(ks):  # (only the groups of gids are answered: a scalar weight may apply to all)
-            e += (ws[c] if np.ndim(ws[c]) == 0 else w_full[self.gid, c]) * self.residuals[:, k]
-            e0 += w_full[:, c] * self.outside_residual[:, k]
-        s1 = np.bincount(self.gid, e, minlength=G) + self.outside * e0
-        s2 = np.bincount(self.gid, e * e, minlength=G) + self.outside * (e0 * e0)
-        n, N = self.n, self.N
-        df = self.df[:, ks].min(axis=1)
+        W = np.zeros((len(gids), self.residual_sum.shape[1]))  # each key's weight in each answered group
+        for k, w in zip(ks, ws, strict=True):
+            W[:, k] += w
+        e0 = (W * self.outside_residual[gids]).sum(axis=1)
+        out = self.outside[gids]
+        s1 = (W * self.residual_sum[gids]).sum(axis=1) + out * e0
+        s2 = np.einsum("gk,gkl,gl->g", W, self.residual_cross[gids], W) + out * (e0 * e0)
+        n, N = self.n[gids], self.N[gids]
+        df = self.df[gids][:, ks].min(axis=1)
         with np.errstate(invalid="ignore", divide="ignore"):
             s2e = np.where(df > 0, (s2 - s1 * s1 / np.maximum(n, 1)) / np.maximum(df, 1), 0.0)
             v = np.where(n > 0, N * N * np.clip(1 - n / np.maximum(N, 1), 0.0, 1.0) * np.maximum(s2e, 0.0)
                          / np.maximum(n, 1), 0.0)
-        return v[gids]
+        return v
 
 
 def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N: np.ndarray,
@@ -278,11 +275,12 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
         corr[:, k] = N / n_safe * (np.bincount(gid, e, minlength=G) + outside * e0)
         value[:, k] = model[:, k] + corr[:, k]
         dfs[:, k] = n - 1 if LEAVE_ONE_OUT else np.where(tiny, n - 1, np.where(small, n - 2, n - p))
+    r_sum, r_cross = rg.moments(resid)
     if order is not None:
         resid[order] = resid.copy()
         gid = np.asarray(gid)[np.argsort(order)]
     return GroupTotals(value, model, corr, resid, gid, N.astype(np.float64), n.astype(np.float64),
-                       np.maximum(dfs, 0.0), outside.astype(np.float64), resid0)
+                       np.maximum(dfs, 0.0), outside.astype(np.float64), resid0, r_sum, r_cross)
 
 
 class _RowGroups:
@@ -291,12 +289,12 @@ class _RowGroups:
 
     def __init__(self, gid: np.ndarray, G: int) -> None:
         self.gid, self.G = gid, G
-        self.rows = np.bincount(gid, minlength=G)
-        first = np.flatnonzero(np.diff(gid, prepend=-1))  # where each non-empty group's rows start
-        self.first = first
-        self.few = len(first) <= FEW_GROUPS
-        bounds = np.append(first, len(gid))
-        self.slices = [(int(gid[a]), int(a), int(b)) for a, b in itertools.pairwise(bounds)]
+        bounds = np.searchsorted(gid, np.arange(G + 1))  # group g's rows: bounds[g]:bounds[g + 1]
+        self.rows = np.diff(bounds)
+        present = np.flatnonzero(self.rows)
+        self.first = bounds[present]  # where each non-empty group's rows start
+        self.few = len(present) <= FEW_GROUPS
+        self.slices = list(zip(present.tolist(), self.first.tolist(), bounds[present + 1].tolist(), strict=True))
 
     def gram(self, LT: np.ndarray, XT: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per group ``Σ l xᵀ`` (G, q, p) and ``Σ l y`` (G, q) over its rows, for the terms ``LT`` (q, m) and
@@ -317,6 +315,22 @@ class _RowGroups:
                 xtx[ga[first]] = np.add.reduceat(La[:, :, None] * Xa[:, None, :], first, axis=0)
                 xty[ga[first]] = np.add.reduceat(La * ya[:, None], first, axis=0)
         return xtx, xty
+
+    def moments(self, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per group the sums (G, K) of the columns of ``r`` (m, K) over its rows, and of their products
+        (G, K, K)."""
+        G, K = self.G, r.shape[1]
+        s, cross = np.zeros((G, K)), np.zeros((G, K, K))
+        if self.few:
+            for g, a, b in self.slices:
+                s[g] = r[a:b].sum(axis=0)
+                cross[g] = r[a:b].T @ r[a:b]
+            return s, cross
+        for k in range(K):
+            s[:, k] = np.bincount(self.gid, r[:, k], minlength=G)
+            for k2 in range(k, K):
+                cross[:, k, k2] = cross[:, k2, k] = np.bincount(self.gid, r[:, k] * r[:, k2], minlength=G)
+        return s, cross
 
     def linear(self, XT: np.ndarray, W: np.ndarray) -> np.ndarray:
         """(r, m): ``W[g_i] @ x_i`` for each row ``i`` of group ``g_i``; ``W`` is (G, r, p)."""

@@ -105,7 +105,7 @@ class _Rows:
         if flat is None:
             b = self.bins(j) if cells is None else cells.take(self.bins(j))
             flat = self._flat[key] = self.gid * table.shape[1] + b
-        return table.take(flat, out=out)
+        return table.take(flat, out=out, mode="clip")  # in range by construction; "raise" buffers ``out``
 
     def key_values(self, key: tuple[str, int | None]) -> np.ndarray:
         """(m,): what ``key`` sums on each row before the box (:meth:`Synopsis._sample_values`)."""
