@@ -228,7 +228,8 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
     G, K = len(N), y.shape[1]
     rg = _RowGroups(gid, G)
     value, model, corr = np.zeros((G, K)), np.zeros((G, K)), np.zeros((G, K))
-    resid = np.zeros_like(y)
+    yT = np.ascontiguousarray(y.T)  # (K, m): each key's target contiguous
+    resid = np.empty((K, len(gid)))
     resid0 = np.zeros((G, K))
     dfs = np.zeros((G, K))
     n_safe = np.maximum(n, 1)
@@ -240,7 +241,7 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
         # the fit corrects the difference estimator (the model's own prediction, column 0 of Z, with β = 1): the
         # smallest correction that fits, so terms collinear among the sample rows but not in the table (every
         # sampled row inside the box, say) keep the model's own weights instead of splitting them arbitrarily
-        yk = y[:, k] - X.dense[1]
+        yk = yT[k] - X.dense[1]
         fit = _fit(X, yk, n)
         beta, ginv = fit.beta, fit.ginv
         small = n < MIN_ROWS_PER_TERM * p  # too few rows for every term: the model's prediction and an intercept
@@ -256,25 +257,26 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
         beta[:, 1] += 1.0
         # each row's leverage h = xᵀ(XᵀX)⁺x in its group's fit (an outside row's, x = (1, 0, …, 0), is
         # (XᵀX)⁺₀₀), its residual e = y − xᵀβ (an outside row's −β₀) and, for the variance, its g-weight
-        lev, lev0 = _clean_leverage(X.quadratic(ginv)), _clean_leverage(ginv[:, 0, 0])
         c = _g_coefficients(Xt, ginv, fit.xsum, N, n)
-        forms = X.linear(np.stack([beta, c], axis=1))
-        e = y[:, k] - forms[0]
+        lev, forms = X.forms(ginv, np.stack([beta, c], axis=1))
+        lev0 = ginv[:, 0, 0].copy()
+        e = yT[k] - forms[0]
         e0 = -beta[:, 0]
         # for the variance, each residual as if its row had been left out of the fit (e/(1 − h), h its leverage):
         # a fit with many terms on few rows otherwise shrinks the residuals and the interval with them
-        r = e / (1.0 - np.minimum(lev, MAX_LEVERAGE)) if LEAVE_ONE_OUT else e
-        r0 = e0 / (1.0 - np.minimum(lev0, MAX_LEVERAGE)) if LEAVE_ONE_OUT else e0
+        r, r0 = (e / _one_minus_capped(lev), e0 / _one_minus_capped(lev0)) if LEAVE_ONE_OUT else (e.copy(), e0)
         if G_WEIGHTS:  # times each row's calibration weight g (ibid. eq. 6.6.10): a fit that moves the sample far
             # to reach the population totals (Z − HT large along weakly sampled directions) widens the interval
-            r = r * (1.0 + forms[1])
+            forms[1] += 1.0
+            r *= forms[1]
             r0 = r0 * (1.0 + c[:, 0])
-        resid[:, k] = r
+        resid[k] = r
         resid0[:, k] = r0
         model[:, k] = (Xt * beta).sum(axis=1)
-        corr[:, k] = N / n_safe * (np.bincount(gid, e, minlength=G) + outside * e0)
+        corr[:, k] = N / n_safe * (rg.sums(e) + outside * e0)
         value[:, k] = model[:, k] + corr[:, k]
         dfs[:, k] = n - 1 if LEAVE_ONE_OUT else np.where(tiny, n - 1, np.where(small, n - 2, n - p))
+    resid = resid.T  # (m, K)
     r_sum, r_cross = rg.moments(resid)
     if order is not None:
         resid[order] = resid.copy()
@@ -316,6 +318,15 @@ class _RowGroups:
                 xty[ga[first]] = np.add.reduceat(La * ya[:, None], first, axis=0)
         return xtx, xty
 
+    def sums(self, e: np.ndarray) -> np.ndarray:
+        """(G,): ``e`` (m,) summed over each group's rows."""
+        if self.few:
+            out = np.zeros(self.G)
+            for g, a, b in self.slices:
+                out[g] = e[a:b].sum()
+            return out
+        return np.bincount(self.gid, e, minlength=self.G)
+
     def moments(self, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per group the sums (G, K) of the columns of ``r`` (m, K) over its rows, and of their products
         (G, K, K)."""
@@ -342,6 +353,20 @@ class _RowGroups:
             out[:] = np.einsum("irp,pi->ri", W[self.gid], XT)
         return out
 
+    def forms(self, XT: np.ndarray, Q: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`quadratic` and :meth:`linear` from one product per group: ``x_iᵀ Q[g_i] x_i`` (m,) and
+        ``W[g_i] @ x_i`` (r, m)."""
+        if not self.few:
+            return self.quadratic(XT, Q), self.linear(XT, W)
+        p = Q.shape[1]
+        M = np.concatenate([Q, W], axis=1)  # (G, p + r, p)
+        quad, lin = np.empty(len(self.gid)), np.empty((W.shape[1], len(self.gid)))
+        for g, a, b in self.slices:
+            Z = M[g] @ XT[:, a:b]
+            quad[a:b] = np.einsum("ij,ij->j", Z[:p], XT[:, a:b])
+            lin[:, a:b] = Z[p:]
+        return quad, lin
+
     def quadratic(self, XT: np.ndarray, Q: np.ndarray) -> np.ndarray:
         """(m,): ``x_iᵀ Q[g_i] x_i`` for each row ``i`` of group ``g_i``; ``Q`` is (G, p, p)."""
         out = np.empty(len(self.gid))
@@ -356,8 +381,8 @@ class _RowGroups:
 class _Design:
     """One key's fit terms on the given rows: the intercept and the dense terms on every row (``dense``, (d, m)),
     and the sparse terms, 0 except on a few rows ``U``; ``at_u`` (p, |U|) holds every term on those rows. The
-    per-group sums and per-row forms of the fit (:meth:`gram`, :meth:`quadratic`, :meth:`linear`) take the
-    dense terms over all rows and the sparse ones over ``U`` only."""
+    per-group sums and per-row forms of the fit (:meth:`gram`, :meth:`forms`) take the dense terms over all rows
+    and the sparse ones over ``U`` only."""
 
     def __init__(self, aux: Auxiliaries | None, rg: _RowGroups, *, dense: np.ndarray | None = None) -> None:
         self.rg = rg
@@ -404,20 +429,14 @@ class _Design:
         xty[:, d:] = s_y
         return xtx, xty
 
-    def quadratic(self, Q: np.ndarray) -> np.ndarray:
-        """(m,): ``x_iᵀ Q[g_i] x_i`` for each given row (``Q`` (G, p, p))."""
+    def forms(self, Q: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(m,) and (r, m): ``x_iᵀ Q[g_i] x_i`` and ``W[g_i] @ x_i`` for each given row (``Q`` (G, p, p), ``W``
+        (G, r, p)): the leverages and the linear forms of the fit, from one product per group."""
         d = self.d
-        out = self.rg.quadratic(self.dense, np.ascontiguousarray(Q[:, :d, :d]))
+        quad, lin = self.rg.forms(self.dense, np.ascontiguousarray(Q[:, :d, :d]), np.ascontiguousarray(W[:, :, :d]))
         if self.sparse:
-            out[self.u] = self.rg_u.quadratic(self.at_u, Q)
-        return out
-
-    def linear(self, W: np.ndarray) -> np.ndarray:
-        """(r, m): ``W[g_i] @ x_i`` for each given row (``W`` (G, r, p))."""
-        out = self.rg.linear(self.dense, np.ascontiguousarray(W[:, :, :self.d]))
-        if self.sparse:
-            out[:, self.u] = self.rg_u.linear(self.at_u, W)
-        return out
+            quad[self.u], lin[:, self.u] = self.rg_u.forms(self.at_u, Q, W)
+        return quad, lin
 
 
 @dataclass
@@ -449,10 +468,8 @@ def _fit(X: _Design, y: np.ndarray, n: np.ndarray) -> _Fit:
     xsum = xtx[:, 0, :].copy()  # the intercept's row: each term's sum over the group's rows
     # a term whose values among a group's rows are round-off next to its size elsewhere (a position term
     # whose rows all sit at the middle of their bin, say) is no term there: rescaled, it would take any weight
-    size = X.size()
     d = np.einsum("gii->gi", xtx)
-    dead = d <= (1e-9 * size) ** 2
-    dead[:, 0] = False
+    dead = _dead_terms(X, d)
     if dead.any():
         xtx[np.broadcast_to(dead[:, :, None], xtx.shape)] = 0.0
         xtx[np.broadcast_to(dead[:, None, :], xtx.shape)] = 0.0
@@ -472,6 +489,27 @@ def _fit(X: _Design, y: np.ndarray, n: np.ndarray) -> _Fit:
     return _Fit(np.where(np.isfinite(beta), beta, 0.0), np.where(np.isfinite(ginv), ginv, 0.0), xsum)
 
 
+def _dead_terms(X: _Design, d: np.ndarray) -> np.ndarray:
+    """(G, p): per group, the terms whose sum of squares ``d`` (G, p) over its rows is at most (1e-9 · the term's
+    largest magnitude over all given rows)². A term's largest square is at most its largest group sum of
+    squares, so the magnitudes are read from the rows only when that bound leaves some non-zero sum in doubt."""
+    bound = d.max(axis=0) if len(d) else np.zeros(d.shape[1])
+    doubt = (d > 0) & (d <= (1e-9 * np.sqrt(bound)) ** 2)
+    doubt[:, 0] = False
+    dead = d <= (1e-9 * X.size()) ** 2 if doubt.any() else d == 0
+    dead[:, 0] = False
+    return dead
+
+
+def _one_minus_capped(h: np.ndarray) -> np.ndarray:
+    """``1 − h`` with the leverage ``h`` (modified in place) capped to [0, :data:`MAX_LEVERAGE`], 0 where not
+    finite."""
+    if not np.isfinite(h).all():
+        h[~np.isfinite(h)] = 0.0
+    np.clip(h, 0.0, MAX_LEVERAGE, out=h)
+    return np.subtract(1.0, h, out=h)
+
+
 def _pinv_symmetric(A: np.ndarray, rcond: np.ndarray) -> np.ndarray:
     """The pseudo-inverses of a stack of symmetric matrices (G, p, p), eigenvalues below ``rcond`` (G,) times
     the largest in size dropped (``numpy.linalg.pinv(A, rcond, hermitian=True)``, from one ``eigh``)."""
@@ -480,7 +518,3 @@ def _pinv_symmetric(A: np.ndarray, rcond: np.ndarray) -> np.ndarray:
     keep = mag > rcond[:, None] * mag.max(axis=1, keepdims=True)
     inv_s = np.divide(1.0, s, out=np.zeros_like(s), where=keep)
     return (u * inv_s[:, None, :]) @ u.transpose(0, 2, 1)
-
-
-def _clean_leverage(h: np.ndarray) -> np.ndarray:
-    return np.where(np.isfinite(h), np.clip(h, 0.0, 1.0), 0.0)
