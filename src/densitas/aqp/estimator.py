@@ -227,56 +227,61 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
         aux = [Auxiliaries(a.rows[order], a.totals) for a in aux]
     G, K = len(N), y.shape[1]
     rg = _RowGroups(gid, G)
-    value, model, corr = np.zeros((G, K)), np.zeros((G, K)), np.zeros((G, K))
-    yT = np.ascontiguousarray(y.T)  # (K, m): each key's target contiguous
-    resid = np.empty((K, len(gid)))
-    resid0 = np.zeros((G, K))
-    dfs = np.zeros((G, K))
-    n_safe = np.maximum(n, 1)
-    outside = n - rg.rows  # rows with X = (1, 0, …, 0) and y = 0
+    X = [_Design(a, rg) for a in aux]
+    p = np.array([x.p for x in X])  # terms per key (the fit's arrays are padded to the most)
+    P = int(p.max()) if K else 1
+    Xt = np.zeros((K, G, P))  # per key and group the terms' population totals, the intercept's N_g first
+    Xt[:, :, 0] = N
     for k in range(K):
-        X = _Design(aux[k], rg)
-        p = X.p
-        Xt = np.concatenate([N[:, None], aux[k].totals], axis=1)
-        # the fit corrects the difference estimator (the model's own prediction, column 0 of Z, with β = 1): the
-        # smallest correction that fits, so terms collinear among the sample rows but not in the table (every
-        # sampled row inside the box, say) keep the model's own weights instead of splitting them arbitrarily
-        yk = yT[k] - X.dense[1]
-        fit = _fit(X, yk, n)
-        beta, ginv = fit.beta, fit.ginv
-        small = n < MIN_ROWS_PER_TERM * p  # too few rows for every term: the model's prediction and an intercept
-        if small.any() and p > 2:
-            two = _fit(X.head(2), yk, n)
-            beta[small] = 0.0
-            beta[small, :2] = two.beta[small]
-            ginv[small] = 0.0
-            ginv[small, :2, :2] = two.ginv[small]
-        tiny = n < MIN_ROWS_PER_TERM * 2  # too few rows even for that: the difference estimator alone
-        beta[tiny] = 0.0
-        ginv[tiny] = 0.0
-        beta[:, 1] += 1.0
-        # each row's leverage h = xᵀ(XᵀX)⁺x in its group's fit (an outside row's, x = (1, 0, …, 0), is
-        # (XᵀX)⁺₀₀), its residual e = y − xᵀβ (an outside row's −β₀) and, for the variance, its g-weight
-        c = _g_coefficients(Xt, ginv, fit.xsum, N, n)
-        lev, forms = X.forms(ginv, np.stack([beta, c], axis=1))
-        lev0 = ginv[:, 0, 0].copy()
-        e = yT[k] - forms[0]
-        e0 = -beta[:, 0]
-        # for the variance, each residual as if its row had been left out of the fit (e/(1 − h), h its leverage):
-        # a fit with many terms on few rows otherwise shrinks the residuals and the interval with them
-        r, r0 = (e / _one_minus_capped(lev), e0 / _one_minus_capped(lev0)) if LEAVE_ONE_OUT else (e.copy(), e0)
-        if G_WEIGHTS:  # times each row's calibration weight g (ibid. eq. 6.6.10): a fit that moves the sample far
-            # to reach the population totals (Z − HT large along weakly sampled directions) widens the interval
-            forms[1] += 1.0
-            r *= forms[1]
-            r0 = r0 * (1.0 + c[:, 0])
-        resid[k] = r
-        resid0[:, k] = r0
-        model[:, k] = (Xt * beta).sum(axis=1)
-        corr[:, k] = N / n_safe * (rg.sums(e) + outside * e0)
-        value[:, k] = model[:, k] + corr[:, k]
-        dfs[:, k] = n - 1 if LEAVE_ONE_OUT else np.where(tiny, n - 1, np.where(small, n - 2, n - p))
-    resid = resid.T  # (m, K)
+        Xt[k, :, 1:p[k]] = aux[k].totals
+    yT = np.ascontiguousarray(y.T)  # (K, m): each key's target contiguous
+    # the fit corrects the difference estimator (the model's own prediction, column 0 of Z, with β = 1): the
+    # smallest correction that fits, so terms collinear among the sample rows but not in the table (every
+    # sampled row inside the box, say) keep the model's own weights instead of splitting them arbitrarily
+    yk = yT - np.stack([x.dense[1] for x in X]) if K else yT
+    xtx, xty = _normal_equations(X, yk, n, P)
+    small = (n < MIN_ROWS_PER_TERM * p[:, None]) & (p[:, None] > 2)  # too few rows for every term: the model's
+    two = _solve(xtx[..., :2, :2].copy(), xty[..., :2].copy(), n, X) if small.any() else None  # prediction and
+    fit = _solve(xtx, xty, n, X)                                                                # an intercept
+    beta, ginv = fit.beta, fit.ginv
+    if two is not None:
+        beta[small] = 0.0
+        beta[small, :2] = two.beta[small]
+        ginv[small] = 0.0
+        ginv[small, :2, :2] = two.ginv[small]
+    tiny = n < MIN_ROWS_PER_TERM * 2  # too few rows even for that: the difference estimator alone
+    beta[:, tiny] = 0.0
+    ginv[:, tiny] = 0.0
+    beta[..., 1] += 1.0
+    # each row's leverage h = xᵀ(XᵀX)⁺x in its group's fit (an outside row's, x = (1, 0, …, 0), is
+    # (XᵀX)⁺₀₀), its residual e = y − xᵀβ (an outside row's −β₀) and, for the variance, its g-weight
+    c = _g_coefficients(Xt, ginv, fit.xsum, N, n)
+    W = np.stack([beta, c], axis=2)  # (K, G, 2, P)
+    lev, forms = np.empty_like(yT), np.empty((K, 2, len(gid)))
+    for k in range(K):
+        lev[k], forms[k] = X[k].forms(ginv[k, :, :p[k], :p[k]], W[k, :, :, :p[k]])
+    e = yT - forms[:, 0]
+    e0 = -beta[..., 0]  # (K, G)
+    # for the variance, each residual as if its row had been left out of the fit (e/(1 − h), h its leverage):
+    # a fit with many terms on few rows otherwise shrinks the residuals and the interval with them
+    if LEAVE_ONE_OUT:
+        r, r0 = e / _one_minus_capped(lev), e0 / _one_minus_capped(ginv[..., 0, 0].copy())
+    else:
+        r, r0 = e.copy(), e0
+    if G_WEIGHTS:  # times each row's calibration weight g (ibid. eq. 6.6.10): a fit that moves the sample far to
+        # reach the population totals (Z − HT large along weakly sampled directions) widens the interval
+        forms[:, 1] += 1.0
+        r *= forms[:, 1]
+        r0 = r0 * (1.0 + c[..., 0])
+    outside = n - rg.rows  # rows with X = (1, 0, …, 0) and y = 0
+    model = (Xt * beta).sum(axis=2).T  # (G, K)
+    corr = (N / np.maximum(n, 1))[:, None] * (rg.sums(e) + outside[:, None] * e0.T)
+    value = model + corr
+    if LEAVE_ONE_OUT:
+        dfs = np.repeat((n - 1.0)[:, None], K, axis=1)
+    else:
+        dfs = np.where(tiny[:, None], n[:, None] - 1, np.where(small.T, n[:, None] - 2, n[:, None] - p))
+    resid, resid0 = r.T, r0.T  # (m, K), (G, K)
     r_sum, r_cross = rg.moments(resid)
     if order is not None:
         resid[order] = resid.copy()
@@ -319,13 +324,15 @@ class _RowGroups:
         return xtx, xty
 
     def sums(self, e: np.ndarray) -> np.ndarray:
-        """(G,): ``e`` (m,) summed over each group's rows."""
+        """(G, K): each row of ``e`` (K, m) summed over each group's rows."""
+        out = np.zeros((self.G, len(e)))
         if self.few:
-            out = np.zeros(self.G)
             for g, a, b in self.slices:
-                out[g] = e[a:b].sum()
-            return out
-        return np.bincount(self.gid, e, minlength=self.G)
+                out[g] = e[:, a:b].sum(axis=1)
+        else:
+            for k in range(len(e)):
+                out[:, k] = np.bincount(self.gid, e[k], minlength=self.G)
+        return out
 
     def moments(self, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per group the sums (G, K) of the columns of ``r`` (m, K) over its rows, and of their products
@@ -455,48 +462,73 @@ def _g_coefficients(Xt: np.ndarray, ginv: np.ndarray, xsum: np.ndarray, N: np.nd
     Ẑ_HT)``, of each sample row in its group's fit (Särndal, Swensson & Wretman 1992, eq. 6.5.9): the estimate
     is ``Σ (N/n) g_i y_i``. ``xsum`` (G, p) holds the terms' sums over each group's sample rows
     (:attr:`_Fit.xsum`)."""
-    w = N / np.maximum(n, 1)
-    return np.einsum("gij,gj->gi", ginv, Xt - xsum * w[:, None]) / w[:, None]
+    w = (N / np.maximum(n, 1))[:, None]
+    return np.einsum("...gij,...gj->...gi", ginv, Xt - xsum * w) / w
 
 
 def _fit(X: _Design, y: np.ndarray, n: np.ndarray) -> _Fit:
-    """Per-group minimum-norm least squares of ``y`` on the terms of ``X``: the coefficients (G, p) and
-    ``(XᵀX)⁺``. Rows outside every term's support and with ``y = 0`` (given or not: ``n`` counts them) add only
-    to the intercept's count."""
-    xtx, xty = X.gram(y)
-    xtx[:, 0, 0] = n
-    xsum = xtx[:, 0, :].copy()  # the intercept's row: each term's sum over the group's rows
+    """Per-group minimum-norm least squares of ``y`` on the terms of ``X`` (one key): the coefficients (G, p) and
+    ``(XᵀX)⁺`` (:func:`_solve`)."""
+    xtx, xty = _normal_equations([X], y[None], n, X.p)
+    fit = _solve(xtx, xty, n, [X])
+    return _Fit(fit.beta[0], fit.ginv[0], fit.xsum[0])
+
+
+def _normal_equations(X: list[_Design], y: np.ndarray, n: np.ndarray, P: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per key and group ``Σ x xᵀ`` (K, G, P, P) and ``Σ x y`` (K, G, P) over the group's rows (``y`` (K, m)), each
+    key's terms first and zeros after. Rows outside every term's support and with ``y = 0`` (given or not: ``n``
+    counts them) add only to the intercept's count: ``Σ 1 = n``."""
+    G = len(n)
+    xtx, xty = np.zeros((len(X), G, P, P)), np.zeros((len(X), G, P))
+    for k, x in enumerate(X):
+        xtx[k, :, :x.p, :x.p], xty[k, :, :x.p] = x.gram(y[k])
+    xtx[:, :, 0, 0] = n
+    return xtx, xty
+
+
+def _solve(xtx: np.ndarray, xty: np.ndarray, n: np.ndarray, X: list[_Design]) -> _Fit:
+    """Per key and group the minimum-norm least-squares solution of the normal equations ``xtx`` (K, G, q, q),
+    ``xty`` (K, G, q) (modified), ``q`` the first terms of each key's design ``X[k]`` (zeros past its own):
+    the coefficients (K, G, q), ``(XᵀX)⁺`` in the terms' own units (K, G, q, q) and each term's sum over the
+    group's rows (K, G, q)."""
+    K, G, q = xty.shape
+    xsum = xtx[:, :, 0, :].copy()  # the intercept's row: each term's sum over the group's rows
     # a term whose values among a group's rows are round-off next to its size elsewhere (a position term
     # whose rows all sit at the middle of their bin, say) is no term there: rescaled, it would take any weight
-    d = np.einsum("gii->gi", xtx)
-    dead = _dead_terms(X, d)
+    d = np.einsum("kgii->kgi", xtx)
+    dead = np.stack([_dead_terms(x, d[k]) for k, x in enumerate(X)]) if K else np.zeros(d.shape, dtype=bool)
     if dead.any():
-        xtx[np.broadcast_to(dead[:, :, None], xtx.shape)] = 0.0
-        xtx[np.broadcast_to(dead[:, None, :], xtx.shape)] = 0.0
+        xtx[np.broadcast_to(dead[..., :, None], xtx.shape)] = 0.0
+        xtx[np.broadcast_to(dead[..., None, :], xtx.shape)] = 0.0
         xty[dead] = 0.0
     # the minimum-norm least-squares solution (in units of each term's scale), group by group
-    d = np.einsum("gii->gi", xtx)
+    d = np.einsum("kgii->kgi", xtx)
     scale = np.where(d > 0, np.sqrt(np.where(d > 0, d, 1.0)), 1.0)
-    A = xtx / scale[:, :, None] / scale[:, None, :]
+    A = xtx / scale[..., :, None] / scale[..., None, :]
     # directions below √ε (1.5e-8) of the largest eigenvalue are dropped: the normal equations square the terms'
     # condition number, so beyond it the solution is round-off, and terms almost collinear among a group's rows
     # took huge opposite weights that fit the sample exactly and extrapolated wildly to the population totals
     # (an answer 8% off with a ±0.1% interval on births with rcond 1e-10)
     rcond = np.maximum(RCOND, MIN_INFORMATION / np.maximum(n, 1))
-    inv = _pinv_symmetric(A, rcond)
-    beta = np.einsum("gij,gj->gi", inv, xty / scale) / scale
-    ginv = inv / scale[:, :, None] / scale[:, None, :]  # (XᵀX)⁺ in the terms' own units
+    inv = _pinv_symmetric(A.reshape(K * G, q, q), np.tile(rcond, K)).reshape(K, G, q, q)
+    beta = np.einsum("kgij,kgj->kgi", inv, xty / scale) / scale
+    ginv = inv / scale[..., :, None] / scale[..., None, :]  # (XᵀX)⁺ in the terms' own units
     return _Fit(np.where(np.isfinite(beta), beta, 0.0), np.where(np.isfinite(ginv), ginv, 0.0), xsum)
 
 
 def _dead_terms(X: _Design, d: np.ndarray) -> np.ndarray:
-    """(G, p): per group, the terms whose sum of squares ``d`` (G, p) over its rows is at most (1e-9 · the term's
+    """(G, q): per group, the terms whose sum of squares ``d`` (G, q) over its rows is at most (1e-9 · the term's
     largest magnitude over all given rows)². A term's largest square is at most its largest group sum of
     squares, so the magnitudes are read from the rows only when that bound leaves some non-zero sum in doubt."""
     bound = d.max(axis=0) if len(d) else np.zeros(d.shape[1])
     doubt = (d > 0) & (d <= (1e-9 * np.sqrt(bound)) ** 2)
     doubt[:, 0] = False
-    dead = d <= (1e-9 * X.size()) ** 2 if doubt.any() else d == 0
+    if doubt.any():
+        size = np.zeros(d.shape[1])  # (terms past the design's own are 0)
+        size[:min(X.p, d.shape[1])] = X.size()[:d.shape[1]]
+        dead = d <= (1e-9 * size) ** 2
+    else:
+        dead = d == 0
     dead[:, 0] = False
     return dead
 
