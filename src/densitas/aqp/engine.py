@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import threading
@@ -343,7 +344,7 @@ class Engine:
             df.attrs["reason"] = str(exc)
             return df
         z = syn_mod.z_value(confidence)
-        data = dict(out)
+        data: dict[str, np.ndarray] = {}
         for r in results:
             val, var = np.asarray(r["value"], dtype=np.float64), np.asarray(r["var"], dtype=np.float64)
             sd = np.sqrt(np.where(np.isnan(var), np.inf, np.maximum(var, 0.0)))
@@ -361,7 +362,7 @@ class Engine:
             data[r["alias"]] = val
             data[f"{r['alias']}_ci_low"] = low
             data[f"{r['alias']}_ci_high"] = high
-        df = pd.DataFrame(data)
+        df = _answer_frame(out, data)
         thin = np.asarray(results[0]["thin"], dtype=bool) if results else np.zeros(len(df), dtype=bool)
         if q.order_by:
             order = self._order(df.assign(_thin=thin), q)
@@ -491,3 +492,17 @@ class Engine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _answer_frame(labels: dict, values: dict[str, np.ndarray]) -> pd.DataFrame:
+    """The answer: the GROUP BY label columns, then the float columns ``values`` (estimates and bounds). Without
+    labels, one float block under a column index made once per list of names."""
+    if labels or not values:
+        return pd.DataFrame({**labels, **values})
+    return pd.DataFrame(np.column_stack(list(values.values())), columns=_column_index(tuple(values)), copy=False)
+
+
+@functools.lru_cache(maxsize=1024)
+def _column_index(names: tuple[str, ...]) -> pd.Index:
+    """The (immutable) column index of an answer's float columns."""
+    return pd.Index(list(names))

@@ -324,7 +324,7 @@ class Synopsis:
                 codes = labels.groupby(list(q.group_by), dropna=False, sort=True).ngroup().to_numpy()
                 first = labels.drop_duplicates().assign(_c=codes[~labels.duplicated().to_numpy()])
                 first = first.sort_values("_c").drop(columns="_c").reset_index(drop=True)
-                self._label_cache[ck] = (codes, {c: first[c].to_numpy() for c in first.columns})
+                self._label_cache[ck] = (codes, {c: first[c].array for c in first.columns})
             codes, out = self._label_cache[ck]
             m = len(next(iter(out.values())))
         else:
