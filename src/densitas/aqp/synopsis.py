@@ -67,6 +67,19 @@ class _Forest:
     comp_of: dict[int, int]
 
 
+@dataclass
+class _EdgeBin:
+    """A fine bin the box cuts, on the query's sample rows: the positions in the rows of the bin's rows, their
+    groups, their position within the bin ``(x − lo)/width − ½``, and per group that position's total over the
+    table's rows of the bin (exact from the bin's stored count and sum)."""
+
+    b: int
+    at: np.ndarray
+    gid: np.ndarray
+    position: np.ndarray
+    position_total: np.ndarray
+
+
 class _Rows:
     """The sample rows a query reads, in sample order (so by group): every row where a target or an auxiliary of
     the query can be non-zero, and maybe more (:meth:`Synopsis._rows`); the estimator treats the others in
@@ -80,6 +93,8 @@ class _Rows:
         self._vals: dict[int, np.ndarray] = {}
         self._bins: dict[int, np.ndarray] = {}
         self._flat: dict[tuple, np.ndarray] = {}
+        self._key_values: dict[tuple, np.ndarray] = {}
+        self.edges: dict[int, list[_EdgeBin]] = {}  # per predicate column, its cut bins (Synopsis._edge_bins)
         self.inside = np.ones(len(idx), dtype=bool)  # whether the row is in the query's box (set by the caller)
 
     def vals(self, j: int) -> np.ndarray:
@@ -109,12 +124,17 @@ class _Rows:
 
     def key_values(self, key: tuple[str, int | None]) -> np.ndarray:
         """(m,): what ``key`` sums on each row before the box (:meth:`Synopsis._sample_values`)."""
-        kind, j = key
-        if kind == "n":
-            return np.ones(len(self.idx))
-        if kind == "s":
-            return np.nan_to_num(self.vals(j), nan=0.0)
-        return (~np.isnan(self.vals(j))).astype(np.float64)
+        got = self._key_values.get(key)
+        if got is None:
+            kind, j = key
+            if kind == "n":
+                got = np.ones(len(self.idx))
+            elif kind == "s":
+                got = np.nan_to_num(self.vals(j), nan=0.0)
+            else:
+                got = (~np.isnan(self.vals(j))).astype(np.float64)
+            self._key_values[key] = got
+        return got
 
 
 @dataclass
@@ -672,11 +692,23 @@ class Synopsis:
 
     def _edge_terms(self, u: int, ph: np.ndarray, f: np.ndarray,
                     rows: _Rows) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """Per fine bin of ``u`` the box cuts (at most :data:`MAX_EDGE_TERMS`), an auxiliary linear in the row's
-        position within the bin, ``(x − lo)/width − ½``, times the model's prediction per unit of box share: its
-        total is exact from the bin's stored count and sum. It lets the regression learn on which side of the
-        bin the box's edge keeps rows, where the bin's share alone treats every row of the bin alike. A sparse
-        term (0 outside its bin): the positions in ``rows`` of the bin's rows, the values there, the totals."""
+        """Per fine bin of ``u`` the box cuts (:meth:`_edge_bins`), an auxiliary linear in the row's position within
+        the bin, ``(x − lo)/width − ½``, times the model's prediction per unit of box share: its total is exact from
+        the bin's stored count and sum. It lets the regression learn on which side of the bin the box's edge keeps
+        rows, where the bin's share alone treats every row of the bin alike. A sparse term (0 outside its bin):
+        the positions in ``rows`` of the bin's rows, the values there, the totals."""
+        if u not in rows.edges:
+            rows.edges[u] = self._edge_bins(u, ph, rows)
+        ph = np.asarray(ph).reshape(-1)
+        out = []
+        for e in rows.edges[u]:
+            ratio = f[:, e.b] / ph[e.b]  # (G,): the model's prediction for the bin per unit of box share
+            out.append((e.at, e.position * ratio[e.gid], ratio * e.position_total))
+        return out
+
+    def _edge_bins(self, u: int, ph: np.ndarray, rows: _Rows) -> list[_EdgeBin]:
+        """The fine bins of ``u`` the box's shares ``ph`` cut (at most :data:`MAX_EDGE_TERMS`; none for a discrete
+        column or a bin of one value) on the query's sample rows: the same for every key."""
         info = self.infos[u]
         ph = np.asarray(ph).reshape(-1)
         cut = np.flatnonzero((ph > 1e-12) & (ph < 1 - 1e-12))
@@ -690,12 +722,10 @@ class Synopsis:
             lo, width = lower[b - 1], upper[b - 1] - lower[b - 1]
             if point[b - 1] or not width > 0:
                 continue
-            ratio = f[:, b] / ph[b]  # (G,): the model's prediction for the bin per unit of box share
             at = np.flatnonzero(sb == b)
             n_b = self.fine[u][:, b]
             s_b = np.nan_to_num(n_b * self.mean[u][:, b])
-            out.append((at, ((v[at] - lo) / width - 0.5) * ratio[gi[at]],
-                        ratio * ((s_b - lo * n_b) / width - 0.5 * n_b)))
+            out.append(_EdgeBin(int(b), at, gi[at], (v[at] - lo) / width - 0.5, (s_b - lo * n_b) / width - 0.5 * n_b))
         return out
 
     def _placement(self, S, phis, box) -> np.ndarray:
