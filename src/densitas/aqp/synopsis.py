@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,10 +87,12 @@ class _Rows:
     closed form (:mod:`densitas.aqp.estimator`). A column's values and fine bins on these rows are gathered
     when first asked for."""
 
-    def __init__(self, idx: np.ndarray, gid: np.ndarray, vals_by_col: np.ndarray, bins_by_col: np.ndarray) -> None:
+    def __init__(self, idx: np.ndarray, gid: np.ndarray, vals_by_col: np.ndarray, bins_by_col: np.ndarray,
+                 cell_index: Callable[[int, int, np.ndarray | None], np.ndarray]) -> None:
         self.idx = idx  # (m,) positions in the sample
         self.gid = gid  # (m,) group
         self._vals_by_col, self._bins_by_col = vals_by_col, bins_by_col  # (J, n) the whole sample's
+        self._cell_index = cell_index  # the whole sample's flat (group, cell) index (Synopsis._cell_index)
         self._vals: dict[int, np.ndarray] = {}
         self._bins: dict[int, np.ndarray] = {}
         self._flat: dict[tuple, np.ndarray] = {}
@@ -118,8 +121,7 @@ class _Rows:
         key = (j, table.shape[1], id(cells) if cells is not None else None)
         flat = self._flat.get(key)
         if flat is None:
-            b = self.bins(j) if cells is None else cells.take(self.bins(j))
-            flat = self._flat[key] = self.gid * table.shape[1] + b
+            flat = self._flat[key] = self._cell_index(j, table.shape[1], cells).take(self.idx)
         return table.take(flat, out=out, mode="clip")  # in range by construction; "raise" buffers ``out``
 
     def key_values(self, key: tuple[str, int | None]) -> np.ndarray:
@@ -188,6 +190,7 @@ class Synopsis:
         self._bin_order: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._spreads: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._cell_bounds: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self._cell_indexes: dict[tuple, tuple[np.ndarray | None, np.ndarray]] = {}
         self.read_all_rows = False  # the reference computation: every sample row enters every query
 
     # ---- query resolution -------------------------------------------------------------------------------
@@ -576,7 +579,7 @@ class Synopsis:
                 idx = np.flatnonzero(mask)
         if self._bins_by_col is None:
             self._bins_by_col = np.ascontiguousarray(self._sample_bins().T)
-        rows = _Rows(idx, self.s_gid[idx], self._vals_by_col, self._bins_by_col)
+        rows = _Rows(idx, self.s_gid[idx], self._vals_by_col, self._bins_by_col, self._cell_index)
         for u in S:
             rows.inside &= self._row_match(u, box[u], rows.vals(u))
         return rows
@@ -610,6 +613,17 @@ class Synopsis:
             run = np.searchsorted(starts, np.arange(len(cmap)), side="right") - 1
             got = self._cell_bounds[which] = (starts[run], np.append(starts[1:], len(cmap))[run] - 1)
         return got
+
+    def _cell_index(self, j: int, width: int, cells: np.ndarray | None) -> np.ndarray:
+        """(n,): per sample row ``g·width + c``, its group ``g`` and its cell ``c`` of column ``j``: its fine bin, or
+        ``cells[bin]`` (a map of the fine bins to ``width`` cells); an index into a (G, width) table. Computed
+        once per map."""
+        key = (j, width, id(cells) if cells is not None else None)
+        got = self._cell_indexes.get(key)
+        if got is None or got[0] is not cells:  # (the map kept with it: its id names it while cached)
+            b = self._bins_by_col[j] if cells is None else np.asarray(cells).take(self._bins_by_col[j])
+            got = self._cell_indexes[key] = (cells, self.s_gid * width + b)
+        return got[1]
 
     def _sorted_by_bin(self, u: int) -> tuple[np.ndarray, np.ndarray]:
         """The sample's positions ordered by their fine bin of ``u``, and those bins."""
