@@ -232,12 +232,17 @@ def _greg_reference(y, Z, gid, N, n, totals):
     return value, var
 
 
-def test_rows_and_terms_left_out_where_they_vanish_give_the_reference_answer(rng):
+@pytest.mark.parametrize("sparse_from_rows", [0, 10**9])
+def test_rows_and_terms_left_out_where_they_vanish_give_the_reference_answer(rng, monkeypatch, sparse_from_rows):
     """The fast layout — only the sample rows where y or a term is non-zero given, the others (same group
     count) taken in closed form, and terms that are non-zero on few rows passed sparse — gives the GREG computed
     straight from its formulas on every row with every term dense. Both are sums of the same products in
     another order on well-conditioned groups (p = 6, 400+ rows, condition number of the scaled Gram matrix
-    far below 1e4): they agree to a few hundred ulps; 1e-9 leaves a wide margin."""
+    far below 1e4): they agree to a few hundred ulps; 1e-9 leaves a wide margin. The sparse terms are taken on
+    their rows only (``SPARSE_FROM_ROWS`` 0) or as dense rows (as on few rows given)."""
+    import densitas.aqp.estimator as est
+
+    monkeypatch.setattr(est, "SPARSE_FROM_ROWS", sparse_from_rows)
     G, n_rows = 3, 1500
     gid = np.sort(rng.integers(0, G, n_rows))
     inside = rng.uniform(size=n_rows) < 0.5  # the other rows: y and every term 0

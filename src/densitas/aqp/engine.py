@@ -495,11 +495,14 @@ class Engine:
 
 
 def _answer_frame(labels: dict, values: dict[str, np.ndarray]) -> pd.DataFrame:
-    """The answer: the GROUP BY label columns, then the float columns ``values`` (estimates and bounds). Without
-    labels, one float block under a column index made once per list of names."""
-    if labels or not values:
+    """The answer: the GROUP BY label columns, then the float columns ``values`` (estimates and bounds) as one
+    block under a column index made once per list of names."""
+    if not values or any(name in values for name in labels):
         return pd.DataFrame({**labels, **values})
-    return pd.DataFrame(np.column_stack(list(values.values())), columns=_column_index(tuple(values)), copy=False)
+    df = pd.DataFrame(np.column_stack(list(values.values())), columns=_column_index(tuple(values)), copy=False)
+    for i, (name, col) in enumerate(labels.items()):
+        df.insert(i, name, col)
+    return df
 
 
 @functools.lru_cache(maxsize=1024)

@@ -54,6 +54,8 @@ G_WEIGHTS = True
 MIN_INFORMATION = 1.0
 # up to this many groups with rows in the fit, the cross products are one matrix product per group
 FEW_GROUPS = 32
+# sparse terms (non-zero on a few rows) are kept apart from this many rows given on; below, as dense rows
+SPARSE_FROM_ROWS = 8192
 # relative eigenvalue below which a direction of a group's fit is dropped: √(float64 ε), numerical, not fitted
 RCOND = float(np.sqrt(np.finfo(np.float64).eps))
 
@@ -402,6 +404,12 @@ class _Design:
             self.dense[0] = 1.0  # intercept: total N_g
             self.dense[1:] = aux.terms
             self.sparse = aux.sparse
+        if self.sparse and len(rg.gid) <= SPARSE_FROM_ROWS:  # few rows: the sparse terms as dense rows
+            dense = np.zeros((len(self.dense) + len(self.sparse), len(rg.gid)))
+            dense[:len(self.dense)] = self.dense
+            for t, (pos, vals) in enumerate(self.sparse):
+                dense[len(self.dense) + t, pos] = vals
+            self.dense, self.sparse = dense, []
         self.d = len(self.dense)
         self.p = self.d + len(self.sparse)
         if self.sparse:
@@ -496,10 +504,9 @@ def _solve(xtx: np.ndarray, xty: np.ndarray, n: np.ndarray, X: list[_Design]) ->
     # a term whose values among a group's rows are round-off next to its size elsewhere (a position term
     # whose rows all sit at the middle of their bin, say) is no term there: rescaled, it would take any weight
     d = np.einsum("kgii->kgi", xtx)
-    dead = np.stack([_dead_terms(x, d[k]) for k, x in enumerate(X)]) if K else np.zeros(d.shape, dtype=bool)
+    dead = _dead_terms(X, d)
     if dead.any():
-        xtx[np.broadcast_to(dead[..., :, None], xtx.shape)] = 0.0
-        xtx[np.broadcast_to(dead[..., None, :], xtx.shape)] = 0.0
+        xtx[dead[..., :, None] | dead[..., None, :]] = 0.0
         xty[dead] = 0.0
     # the minimum-norm least-squares solution (in units of each term's scale), group by group
     d = np.einsum("kgii->kgi", xtx)
@@ -516,20 +523,21 @@ def _solve(xtx: np.ndarray, xty: np.ndarray, n: np.ndarray, X: list[_Design]) ->
     return _Fit(np.where(np.isfinite(beta), beta, 0.0), np.where(np.isfinite(ginv), ginv, 0.0), xsum)
 
 
-def _dead_terms(X: _Design, d: np.ndarray) -> np.ndarray:
-    """(G, q): per group, the terms whose sum of squares ``d`` (G, q) over its rows is at most (1e-9 · the term's
-    largest magnitude over all given rows)². A term's largest square is at most its largest group sum of
-    squares, so the magnitudes are read from the rows only when that bound leaves some non-zero sum in doubt."""
-    bound = d.max(axis=0) if len(d) else np.zeros(d.shape[1])
-    doubt = (d > 0) & (d <= (1e-9 * np.sqrt(bound)) ** 2)
-    doubt[:, 0] = False
-    if doubt.any():
-        size = np.zeros(d.shape[1])  # (terms past the design's own are 0)
-        size[:min(X.p, d.shape[1])] = X.size()[:d.shape[1]]
-        dead = d <= (1e-9 * size) ** 2
-    else:
-        dead = d == 0
-    dead[:, 0] = False
+def _dead_terms(X: list[_Design], d: np.ndarray) -> np.ndarray:
+    """(K, G, q): per key and group, the terms whose sum of squares ``d`` (K, G, q) over the group's rows is at
+    most (1e-9 · the term's largest magnitude over all given rows)² (never the intercept). A term's largest
+    square is at most its largest group sum of squares, so the magnitudes are read from the rows only for a key
+    where that bound leaves some non-zero sum in doubt; elsewhere a term is dead where its sum is 0."""
+    bound = d.max(axis=1, keepdims=True) if d.shape[1] else np.zeros_like(d)
+    doubt = (d > 0) & (d <= 2e-18 * bound)  # (1e-9)² with a margin for rounding
+    doubt[..., 0] = False
+    dead = d == 0
+    for k in np.flatnonzero(doubt.any(axis=(1, 2))):
+        size = np.zeros(d.shape[2])  # (terms past the key's own are 0)
+        q = min(X[k].p, d.shape[2])
+        size[:q] = X[k].size()[:q]
+        dead[k] = d[k] <= (1e-9 * size) ** 2
+    dead[..., 0] = False
     return dead
 
 

@@ -383,10 +383,11 @@ class Synopsis:
             rows = np.bincount(codes, est[gids, 0], minlength=m)
             rvar = np.bincount(codes, var_fn(gids, [0], [1.0]), minlength=m)
             keep = (rows >= 0.5) | (rvar > 0)
-            out = {c: v[keep] for c, v in out.items()}
-            for r in results:
-                for k in ("value", "var", "count", "thin"):
-                    r[k] = np.asarray(r[k])[keep]
+            if not keep.all():
+                out = {c: v[keep] for c, v in out.items()}
+                for r in results:
+                    for k in ("value", "var", "count", "thin"):
+                        r[k] = np.asarray(r[k])[keep]
         return out, results
 
     # ---- the model: a tree of pair grids over fine histograms ---------------------------------------------
