@@ -97,8 +97,17 @@ class _Rows:
         self._bins: dict[int, np.ndarray] = {}
         self._flat: dict[tuple, np.ndarray] = {}
         self._key_values: dict[tuple, np.ndarray] = {}
+        self._position: np.ndarray | None = None  # per sample row its position here (where read)
         self.edges: dict[int, list[_EdgeBin]] = {}  # per predicate column, its cut bins (Synopsis._edge_bins)
         self.inside = np.ones(len(idx), dtype=bool)  # whether the row is in the query's box (set by the caller)
+
+    def position(self, sample_rows: np.ndarray) -> np.ndarray:
+        """The positions among these rows of those of the sample's rows ``sample_rows`` that are read."""
+        if self._position is None:
+            self._position = np.full(self._vals_by_col.shape[1], -1, dtype=np.int64)
+            self._position[self.idx] = np.arange(len(self.idx))
+        got = self._position.take(sample_rows)
+        return got[got >= 0]
 
     def vals(self, j: int) -> np.ndarray:
         """(m,): column ``j``'s values (NaN where NULL)."""
@@ -191,6 +200,8 @@ class Synopsis:
         self._spreads: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._cell_bounds: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._cell_indexes: dict[tuple, tuple[np.ndarray | None, np.ndarray]] = {}
+        self._bin_sum_cache: dict[int, np.ndarray] = {}
+        self._sum_start_cache: dict[int, np.ndarray] = {}
         self.read_all_rows = False  # the reference computation: every sample row enters every query
 
     # ---- query resolution -------------------------------------------------------------------------------
@@ -694,7 +705,7 @@ class Synopsis:
                 cmap, tot = self.sums[u]
                 if (kind, j) not in tot:
                     continue
-                q = self._cell_mean(u, phis[u], _starts(cmap))
+                q = self._cell_mean(u, phis[u], self._sum_starts(u))
                 np.multiply(v, rows.at(q, u, cmap), out=X[t])
                 t += 1
                 tots.append((q * tot[(kind, j)]).sum(axis=1))
@@ -731,17 +742,35 @@ class Synopsis:
         if info.discrete or not 0 < len(cut) <= MAX_EDGE_TERMS:
             return []
         lower, upper, point = self._spread(u)
-        v, sb, gi = rows.vals(u), rows.bins(u), rows.gid
+        v, gi = rows.vals(u), rows.gid
+        order, sorted_bins = self._sorted_by_bin(u)
+        sums = self._bin_sums(u)
         out = []
         for b in cut:
             lo, width = lower[b - 1], upper[b - 1] - lower[b - 1]
             if point[b - 1] or not width > 0:
                 continue
-            at = np.flatnonzero(sb == b)
+            first, last = np.searchsorted(sorted_bins, [b, b + 1])  # the bin's sample rows
+            at = np.sort(rows.position(order[first:last]))
             n_b = self.fine[u][:, b]
-            s_b = np.nan_to_num(n_b * self.mean[u][:, b])
-            out.append(_EdgeBin(int(b), at, gi[at], (v[at] - lo) / width - 0.5, (s_b - lo * n_b) / width - 0.5 * n_b))
+            out.append(_EdgeBin(int(b), at, gi[at], (v[at] - lo) / width - 0.5,
+                                (sums[:, b] - lo * n_b) / width - 0.5 * n_b))
         return out
+
+    def _sum_starts(self, u: int) -> np.ndarray:
+        """The first fine bin of each cell of ``u``'s sum grid; computed once."""
+        got = self._sum_start_cache.get(u)
+        if got is None:
+            got = self._sum_start_cache[u] = _starts(self.sums[u][0])
+        return got
+
+    def _bin_sums(self, u: int) -> np.ndarray:
+        """(G, B_u + 1): per group and fine bin of ``u``, the sum of ``u``'s values (0 where none); computed
+        once."""
+        got = self._bin_sum_cache.get(u)
+        if got is None:
+            got = self._bin_sum_cache[u] = np.nan_to_num(self.fine[u] * self.mean[u])
+        return got
 
     def _placement(self, S, phis, box) -> np.ndarray:
         """(G,): relative variance of the count from rows placed evenly within the fine bins the box cuts
