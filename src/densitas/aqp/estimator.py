@@ -34,7 +34,7 @@ for any model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -159,6 +159,7 @@ class GroupTotals:
     outside_residual: np.ndarray  # (G, K) the residual each of them has
     residual_sum: np.ndarray  # (G, K) Σ of the residuals over the group's rows given
     residual_cross: np.ndarray  # (G, K, K) Σ of their products, key by key
+    _expansion: np.ndarray | None = field(default=None, repr=False)
 
     def sampling_variance(self, gids: np.ndarray, ks: list[int], ws: list[np.ndarray | float]) -> np.ndarray:
         """(len(gids),): the estimated variance of ``Σ_k w_k T̂_k`` for each group of ``gids`` (weights scalar or
@@ -178,17 +179,41 @@ class GroupTotals:
         W = np.zeros((len(gids), self.residual_sum.shape[1]))  # each key's weight in each answered group
         for k, w in zip(ks, ws, strict=True):
             W[:, k] += w
-        e0 = (W * self.outside_residual[gids]).sum(axis=1)
+        return self.variance_of(gids, W, ks)
+
+    def variance_of(self, gids: np.ndarray, W: np.ndarray, ks: list[int]) -> np.ndarray:
+        """(len(gids),): as :meth:`sampling_variance`, with the weights as a (len(gids), K) matrix ``W`` (0 for the
+        keys not among ``ks``).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> t = regression_totals(np.array([[1.0], [0.0], [1.0]]), [Auxiliaries(np.ones((3, 1)), np.array([[9.0]]))],
+        ...                       np.zeros(3, dtype=int), np.array([9.0]), np.array([3.0]))
+        >>> v = t.variance_of(np.array([0]), np.array([[1.0]]), [0])
+        >>> bool(v[0] == t.sampling_variance(np.array([0]), [0], [1.0])[0])
+        True
+        """
+        e0 = np.einsum("gk,gk->g", W, self.outside_residual[gids])
         out = self.outside[gids]
-        s1 = (W * self.residual_sum[gids]).sum(axis=1) + out * e0
+        s1 = np.einsum("gk,gk->g", W, self.residual_sum[gids]) + out * e0
         s2 = np.einsum("gk,gkl,gl->g", W, self.residual_cross[gids], W) + out * (e0 * e0)
-        n, N = self.n[gids], self.N[gids]
+        n = self.n[gids]
         df = self.df[gids][:, ks].min(axis=1)
         with np.errstate(invalid="ignore", divide="ignore"):
             s2e = np.where(df > 0, (s2 - s1 * s1 / np.maximum(n, 1)) / np.maximum(df, 1), 0.0)
-            v = np.where(n > 0, N * N * np.clip(1 - n / np.maximum(N, 1), 0.0, 1.0) * np.maximum(s2e, 0.0)
-                         / np.maximum(n, 1), 0.0)
-        return v
+        return self.expansion[gids] * np.maximum(s2e, 0.0)
+
+    @property
+    def expansion(self) -> np.ndarray:
+        """(G,): ``N²(1 − n/N)/n`` per group (0 where nothing is sampled): the variance of an expanded total per
+        unit of its rows' variance."""
+        if self._expansion is None:
+            N, n = self.N, self.n
+            with np.errstate(invalid="ignore", divide="ignore"):
+                self._expansion = np.where(n > 0, N * N * np.clip(1 - n / np.maximum(N, 1), 0.0, 1.0)
+                                           / np.maximum(n, 1), 0.0)
+        return self._expansion
 
 
 def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N: np.ndarray,

@@ -494,7 +494,7 @@ class Synopsis:
                 W[:, k] += wk
             u2m = np.einsum("gk,gkl,gl->g", W, y2[gids], W) / n_g[gids]  # E[(Σ w y)^2] among the group's rows
             place = rv_place[gids] * count[gids] ** 2 * u2m
-            return totals.sampling_variance(gids, ks, ws) + place
+            return totals.variance_of(gids, W, ks) + place
 
         return totals.value, var_fn, self._support(rows)
 
