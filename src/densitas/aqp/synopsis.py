@@ -317,10 +317,12 @@ class Synopsis:
         return out
 
     def _row_match(self, j: int, ivals: list, v: np.ndarray) -> np.ndarray:
-        ok = np.zeros(v.shape, dtype=bool)
+        ok = None
         for lo, loi, hi, hii in ivals:
-            ok |= ((v >= lo) if loi else (v > lo)) & ((v <= hi) if hii else (v < hi))
-        return ok  # NaN (NULL) compares false
+            one = ((v >= lo) if loi else (v > lo))
+            one &= (v <= hi) if hii else (v < hi)
+            ok = one if ok is None else ok | one
+        return np.zeros(v.shape, dtype=bool) if ok is None else ok  # NaN (NULL) compares false
 
     # ---- estimation -----------------------------------------------------------------------------------------
     def estimate(self, q: Query, method: str = "grid") -> tuple[dict, list[dict]]:
@@ -593,7 +595,8 @@ class Synopsis:
             self._bins_by_col = np.ascontiguousarray(self._sample_bins().T)
         rows = _Rows(idx, self.s_gid[idx], self._vals_by_col, self._bins_by_col, self._cell_index)
         for u in S:
-            rows.inside &= self._row_match(u, box[u], rows.vals(u))
+            match = self._row_match(u, box[u], rows.vals(u))
+            rows.inside = match if u == S[0] else rows.inside & match
         return rows
 
     def _bin_range(self, u: int, ivals: list, ph: np.ndarray, S: list[int]) -> tuple[int, int]:
@@ -601,10 +604,11 @@ class Synopsis:
         info = self.infos[u]
         hit = np.flatnonzero(np.asarray(ph).reshape(-1))
         los, his = [int(hit[0])] if len(hit) else [], [int(hit[-1])] if len(hit) else []
+        top = max(info.bins, 1)
         for lo, _, hi, _ in ivals:  # the bins a value the condition accepts falls in, as _sample_bins assigns them
-            b = np.clip(np.searchsorted(info.edges, [lo, hi], side="right"), 1, max(info.bins, 1))
-            los.append(int(b[0]))
-            his.append(int(b[1]))
+            b_lo, b_hi = info.edges.searchsorted([lo, hi], side="right").tolist()
+            los.append(min(max(b_lo, 1), top))
+            his.append(min(max(b_hi, 1), top))
         if not los:
             return 1, 0  # no bin
         lo, hi = min(los), max(his)
