@@ -122,3 +122,59 @@ def test_histogram_bad_range_names_the_parameter(bad):
     kw = {"y_floor": 1e-6, "y_hi": 10.0, **bad}
     with pytest.raises(InputError):
         pairhist.pair_histogram(torch.zeros(3, 1, dtype=torch.float64), None, **kw)
+
+
+def _search_case(rng, d: int, weighted: bool, bins_per_octave: int):
+    n = 150
+    x = rng.normal(size=(n, d)) * rng.uniform(0.5, 2.0, d)
+    w = rng.uniform(0.5, 1.5, n) if weighted else None  # Σw(w − 1) small: LSCV keeps an interior minimum
+    z = torch.from_numpy(x)
+    zc = z - z.mean(0)
+    wt = None if w is None else torch.from_numpy(w)
+    nw = n if w is None else float(w.sum())
+    sw2 = n if w is None else float((w * w).sum())
+    h0 = (4.0 / ((d + 2.0) * nw)) ** (1.0 / (d + 4.0))
+    lo, hi = h0 / pairhist.SEARCH_SPAN, h0 * pairhist.SEARCH_SPAN
+    y_floor = 2.0 ** np.floor(np.log2(1e-3 * lo * lo))
+    grid = pairhist.HistogramGrid.covering(y_floor, 4.0 * float((zc * zc).sum(1).max()) * 1.001, bins_per_octave)
+    hist = pairhist.histogram_on(z, wt, grid)
+    const = pairhist.LscvConstants(nw, sw2, sw2 - nw, d, float(np.log(np.linalg.det(np.cov(x.T).reshape(d, d)))))
+    return hist, lo, hi, const
+
+
+def _lscv_on_histogram(hist, const, h: float) -> tuple[float, float]:
+    """LSCV(h) from the histogram in float64, and its positive term (the scale of its rounding)."""
+    a = torch.tensor([1.0 / (4.0 * h * h)], dtype=torch.float64)
+    s1, s2 = hist.sums(a)[0], hist.sums(2.0 * a)[0]
+    hdet_inv = float(np.exp(-const.d * np.log(h) - 0.5 * const.logdet_s))
+    value = pairhist.lscv_value(float(s1[0]), float(s2[0]), hdet_inv, const.n, const.sw2, const.sww1, const.d)
+    positive = pairhist.lscv_value(float(s1[0]), 0.0, hdet_inv, const.n, const.sw2, 0.0, const.d)
+    return value, positive
+
+
+@pytest.mark.parametrize(("d", "weighted", "bins_per_octave", "window"), [
+    (1, False, 128, None), (3, True, 128, None), (16, False, 128, None),
+    (2, False, 128, (4.0, 8.0)),  # the whole window lies above the minimum: the first grid's minimum is its low end
+    (2, True, 1, None),  # one bin per octave: the truncation bound fails, so nothing is trusted
+])
+def test_triton_grid_search_matches_torch(rng, d, weighted, bins_per_octave, window):
+    """The Triton search (one launch per grid, the previous minimum found on the device) against the PyTorch
+    reference: the value it reports is LSCV at the h it reports, as low as the reference's minimum (the two may
+    pick neighbouring points of a flat minimum: the sums are added in different orders), same flags."""
+    pytest.importorskip("triton")
+    from densitas.kde import _triton
+
+    hist, lo, hi, const = _search_case(rng, d, weighted, bins_per_octave)
+    if window is not None:
+        h_min = float(pairhist.lscv_grid_search_torch(hist, lo, hi, const, 16, 4)[0])
+        lo, hi = h_min * window[0], h_min * window[1]
+    want = pairhist.lscv_grid_search_torch(hist, lo, hi, const, 16, 4)
+    got = _triton.lscv_grid_search(hist, lo, hi, const, 16, 4)
+    h, value = float(got[0]), float(got[1])
+    at_h, positive = _lscv_on_histogram(hist, const, h)
+    assert value == pytest.approx(at_h, rel=1e-9, abs=1e-12 * positive)
+    assert value == pytest.approx(float(want[1]), abs=1e-7 * positive)
+    assert h == pytest.approx(float(want[0]), rel=1e-5)
+    assert got[2:].tolist() == want[2:].tolist()
+    assert bool(want[2]) == (window is not None)
+    assert bool(want[3]) == (bins_per_octave > 1)

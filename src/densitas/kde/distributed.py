@@ -551,7 +551,7 @@ def _tied_columns(s: DaskSample) -> list[str]:
     return cols
 
 
-def _lscv_h_minimum(z: DaskRows, w: Any, h0: float, const: Any, value_fn: Any) -> Any:
+def _lscv_h_minimum(z: DaskRows, w: Any, h0: float, const: Any) -> Any:
     """:func:`densitas.kde.pairhist.lscv_h_minimum` with the pair histogram summed over blocks."""
     from densitas.kde import pairhist
 
@@ -559,7 +559,7 @@ def _lscv_h_minimum(z: DaskRows, w: Any, h0: float, const: Any, value_fn: Any) -
     y_hi = 4.0 * _max_sq_norm(z, zmean) * (1.0 + 1e-6) + 1e-300
     lo, hi, grid = pairhist.search_bounds(h0, y_hi)
     moments = torch.from_numpy(z.pair_sum("histogram", (grid,)).reshape(grid.bins + 1, -1)).to(z.device)
-    return pairhist.minimise_lscv(pairhist.PairHistogram(grid, moments), lo, hi, const, value_fn)
+    return pairhist.minimise_lscv(pairhist.PairHistogram(grid, moments), lo, hi, const)
 
 
 def _max_block_norm(xb: Any, wb: Any, one_d: bool, ops: _Ops, device: Any, centre: np.ndarray) -> float:

@@ -25,10 +25,12 @@ from dataclasses import dataclass
 
 import torch
 
+from densitas._backend import nvrtc
 from densitas._backend.dispatch import register, select
 from densitas.exceptions import InputError
 
-__all__ = ["BINS_PER_OCTAVE", "GridMinimum", "PairHistogram", "minimise_on_grids", "pair_histogram"]
+__all__ = ["BINS_PER_OCTAVE", "GridMinimum", "LscvConstants", "PairHistogram", "lscv_h_minimum", "lscv_value",
+           "minimise_lscv", "minimise_on_grids", "pair_histogram"]
 
 BINS_PER_OCTAVE = 128
 MOMENTS = 4
@@ -171,6 +173,13 @@ def minimise_on_grids(evaluate: Callable[[torch.Tensor], tuple[torch.Tensor, tor
     >>> round(found.h, 6), found.at_edge, found.trusted
     (0.3, False, True)
     """
+    out = _grid_search(evaluate, lo, hi, device, points, stages).cpu()
+    return GridMinimum(float(out[0]), float(out[1]), bool(out[2]), bool(out[3]))
+
+
+def _grid_search(evaluate: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]], lo: float, hi: float,
+                 device: torch.device, points: int, stages: int) -> torch.Tensor:
+    """:func:`minimise_on_grids` on the device: (4,) float64 ``h``, value, at-edge flag, trusted flag."""
     t = torch.linspace(0.0, 1.0, points, dtype=torch.float64, device=device)
     lo_t = torch.tensor(math.log(lo), dtype=torch.float64, device=device)
     hi_t = torch.tensor(math.log(hi), dtype=torch.float64, device=device)
@@ -184,8 +193,7 @@ def minimise_on_grids(evaluate: Callable[[torch.Tensor], tuple[torch.Tensor, tor
         best_log, best_val, best_ok = log_h[k], vals[k], ok[k]
         lo_t = log_h[(k - 1).clamp(min=0)]
         hi_t = log_h[(k + 1).clamp(max=points - 1)]
-    out = torch.stack([best_log.exp(), best_val, edge.to(torch.float64), best_ok.to(torch.float64)]).cpu()
-    return GridMinimum(float(out[0]), float(out[1]), bool(out[2]), bool(out[3]))
+    return torch.stack([best_log.exp(), best_val, edge.to(torch.float64), best_ok.to(torch.float64)])
 
 
 # --------------------------------------------------------------------------------- PyTorch reference
@@ -232,26 +240,34 @@ SEARCH_SPAN = 64.0  # the search covers [h0/64, 64 h0]; a minimum at an end hand
 TRUST_RTOL = 1e-6  # the objective's error bound, relative to its positive term, below which the minimum is used
 
 
-HISTOGRAM_DEVICES = ("cpu",)
+HISTOGRAM_DEVICES = ("cpu", "cuda")
 
 
 def histogram_pays(device: torch.device) -> bool:
     """Whether the LSCV_h search should build the histogram on ``device``. On the CPU one histogram pass costs
-    less than the exact grid-and-zoom passes; on CUDA the Triton histogram is bound by same-address global
-    atomics (16.1 ms at n = 10,240, d = 16 on an H200, against 5.9 ms for the exact passes: RESULTS.md), so the
-    exact passes stay until a shared-memory histogram replaces it.
+    less than the exact grid-and-zoom passes. On CUDA it pays with the shared-memory kernel
+    (:mod:`densitas.kde._cuda`, which needs CuPy); the Triton histogram alone is bound by same-address global
+    atomics (16.1 ms at n = 10,240, d = 16 on an H200, against 5.9 ms for the exact passes: RESULTS.md).
 
     Examples
     --------
     >>> histogram_pays(torch.device("cpu"))
     True
     """
+    if device.type == "cuda":
+        return "cuda" in HISTOGRAM_DEVICES and nvrtc.available()
     return device.type in HISTOGRAM_DEVICES
 
 
 @dataclass(frozen=True)
 class LscvConstants:
-    """The sample's constants in LSCV(h²S) (see ``densitas.kde.selectors._lscv_value``)."""
+    """The sample's constants in LSCV(h²S) (see :func:`lscv_value`).
+
+    Examples
+    --------
+    >>> LscvConstants(n=100.0, sw2=100.0, sww1=0.0, d=2, logdet_s=0.0).d
+    2
+    """
 
     n: float  # Σ w
     sw2: float  # Σ w²
@@ -260,31 +276,79 @@ class LscvConstants:
     logdet_s: float  # log |S|
 
 
+def lscv_value(s1, s2, hdet_inv, n: float, sw2: float, sww1: float, d: int):
+    """LSCV from the upper-triangle sums of ``exp(−Y/4)`` (``s1``, the 2H kernel) and ``exp(−Y/2)`` (``s2``, the
+    H kernel), ``hdet_inv = |H|^(−1/2)``; NumPy arrays, tensors or floats:
+
+        LSCV = (4π)^(−d/2) |H|^(−1/2) (Σw² + 2 s1)/n² − 2 (2π)^(−d/2) |H|^(−1/2) (Σw(w−1) + 2 s2)/(n(n−1)).
+
+    Examples
+    --------
+    >>> round(lscv_value(0.0, 0.0, 1.0, 2.0, 2.0, 0.0, 1), 6)  # two far-apart points: only the diagonal term
+    0.141047
+    """
+    c2 = (4.0 * math.pi) ** (-0.5 * d) * hdet_inv
+    c1 = (2.0 * math.pi) ** (-0.5 * d) * hdet_inv
+    return (c2 * (sw2 + 2.0 * s1)) / (n * n) - 2.0 * c1 * (sww1 + 2.0 * s2) / (n * (n - 1.0))
+
+
 def search_bounds(h0: float, y_hi: float) -> tuple[float, float, HistogramGrid]:
     """The LSCV_h search range ``[h0/64, 64 h0]`` and the histogram grid that serves it: from ``y_floor`` (a·Y ≤
-    1e-3 in bin 0 for every h in range, so its Taylor terms are exact to 1e-13) to ``y_hi`` (bounds every Y)."""
+    1e-3 in bin 0 for every h in range, so its Taylor terms are exact to 1e-13; rounded down to a power of two so
+    that bins align with octaves) to ``y_hi`` (bounds every Y).
+
+    Examples
+    --------
+    >>> lo, hi, grid = search_bounds(0.5, 100.0)
+    >>> float(grid.u_lo).is_integer(), grid.y_floor <= 1e-3 * lo * lo
+    (True, True)
+    """
     lo, hi = h0 / SEARCH_SPAN, h0 * SEARCH_SPAN
-    return lo, hi, HistogramGrid.covering(1e-3 * lo * lo, y_hi)
+    return lo, hi, HistogramGrid.covering(2.0 ** math.floor(math.log2(1e-3 * lo * lo)), y_hi)
 
 
-def lscv_h_minimum(z: torch.Tensor, w: torch.Tensor | None, h0: float, const: LscvConstants,
-                   value_fn: Callable[..., torch.Tensor]) -> GridMinimum:
+def lscv_h_minimum(z: torch.Tensor, w: torch.Tensor | None, h0: float, const: LscvConstants) -> GridMinimum:
     """Minimise LSCV(h²S) over ``h ∈ [h0/64, 64 h0]`` from one pair histogram of the whitened data ``z``.
 
-    ``value_fn(s1, s2, hdet_inv, n, sw2, sww1, d)`` is the LSCV formula (``selectors._lscv_value``). The result
-    is ``trusted`` when the histogram's error bound on the objective at the minimum is below ``TRUST_RTOL`` of
-    its positive term, and ``at_edge`` when the minimum is an end of the range.
+    The result is ``trusted`` when the histogram's error bound on the objective at the minimum is below
+    ``TRUST_RTOL`` of its positive term, and ``at_edge`` when the minimum is an end of the range.
+
+    Examples
+    --------
+    >>> z = torch.randn(500, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    >>> h0 = (4.0 / (4.0 * 500)) ** (1 / 6)
+    >>> found = lscv_h_minimum(z, None, h0, LscvConstants(500.0, 500.0, 0.0, 2, 0.0))
+    >>> found.trusted, found.at_edge, 0.1 < found.h < 1.0
+    (True, False, True)
     """
     zc = z - z.mean(0)
     y_hi = 4.0 * float((zc * zc).sum(1).max()) * (1.0 + 1e-6) + 1e-300
     lo, hi, grid = search_bounds(h0, y_hi)
-    return minimise_lscv(histogram_on(z, w, grid), lo, hi, const, value_fn)
+    return minimise_lscv(histogram_on(z, w, grid), lo, hi, const)
 
 
-def minimise_lscv(hist: PairHistogram, lo: float, hi: float, const: LscvConstants,
-                  value_fn: Callable[..., torch.Tensor]) -> GridMinimum:
+def minimise_lscv(hist: PairHistogram, lo: float, hi: float, const: LscvConstants) -> GridMinimum:
     """The grid search of :func:`lscv_h_minimum` on a histogram built by the caller (one machine or summed over
-    Dask blocks)."""
+    Dask blocks): the operation ``kde_lscv_grid_search`` (PyTorch or Triton), one read-back at the end.
+
+    Examples
+    --------
+    >>> z = torch.tensor([[0.0], [1.0], [3.0], [3.5], [7.0]], dtype=torch.float64)
+    >>> lo, hi, grid = search_bounds(0.5, 200.0)
+    >>> found = minimise_lscv(histogram_on(z, None, grid), lo, hi, LscvConstants(5.0, 5.0, 0.0, 1, 0.0))
+    >>> found.trusted
+    True
+    """
+    _, fn = select("kde_lscv_grid_search", hist.moments.device)
+    out = fn(hist, lo, hi, const, GRID_POINTS, GRID_STAGES).cpu()
+    return GridMinimum(float(out[0]), float(out[1]), bool(out[2]), bool(out[3]))
+
+
+@register("kde_lscv_grid_search", "torch")
+def lscv_grid_search_torch(hist: PairHistogram, lo: float, hi: float, const: LscvConstants, points: int,
+                           stages: int) -> torch.Tensor:
+    """(4,) float64 on the histogram's device: ``h``, LSCV(h), whether the first grid's minimum was an end of it,
+    whether the histogram's error bound holds there (:func:`minimise_on_grids` over :func:`lscv_value`)."""
     d = const.d
     c2 = (4.0 * math.pi) ** (-0.5 * d)
     n2 = const.n * const.n
@@ -294,10 +358,10 @@ def minimise_lscv(hist: PairHistogram, lo: float, hi: float, const: LscvConstant
         s1, b1 = hist.sums(a)
         s2, b2 = hist.sums(2.0 * a)
         hdet_inv = torch.exp(-d * torch.log(hs) - 0.5 * const.logdet_s)
-        vals = value_fn(s1, s2, hdet_inv, const.n, const.sw2, const.sww1, d)
+        vals = lscv_value(s1, s2, hdet_inv, const.n, const.sw2, const.sww1, d)
         # the bound on |LSCV − value| is the same formula on the sums' bounds, in absolute value
-        err = value_fn(b1, -b2, hdet_inv, const.n, 0.0, 0.0, d).abs()
+        err = lscv_value(b1, -b2, hdet_inv, const.n, 0.0, 0.0, d).abs()
         scale = c2 * hdet_inv * (const.sw2 + 2.0 * s1) / n2
         return vals, err <= TRUST_RTOL * scale
 
-    return minimise_on_grids(evaluate, lo, hi, hist.moments.device)
+    return _grid_search(evaluate, lo, hi, hist.moments.device, points, stages)

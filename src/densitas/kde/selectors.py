@@ -268,13 +268,15 @@ class TieReport:
 
 def _tied_pairs_per_column(x: torch.Tensor, w: torch.Tensor | None) -> list[float]:
     """``Σ_{i<j, x_ij = x_jj} w_i w_j`` for every column of ``x`` (n, d) at once: one sort of all columns, the
-    runs of equal values summed with one scatter, one read-back (a per-column ``unique`` costs d round trips)."""
+    runs of equal values summed with one scatter, one read-back (a per-column ``unique`` costs d round trips).
+    The columns are laid out as rows of ``xᵀ`` so that the sort and the run count scan along contiguous memory
+    (a scan along the outer dimension took 1.8 ms of a 4.7 ms LSCV_h at n = 10,240, d = 16 on an H200)."""
     n, d = x.shape
-    vals, order = torch.sort(x, dim=0)
+    vals, order = torch.sort(x.T.contiguous(), dim=1)  # (d, n)
     wt = torch.ones_like(vals) if w is None else w[order]
     new_run = torch.ones_like(vals, dtype=torch.long)
-    new_run[1:] = (vals[1:] != vals[:-1]).long()
-    run = torch.cumsum(new_run, 0) - 1 + torch.arange(d, device=x.device) * n  # (row, column) → run id
+    new_run[:, 1:] = (vals[:, 1:] != vals[:, :-1]).long()
+    run = torch.cumsum(new_run, 1) - 1 + torch.arange(d, device=x.device)[:, None] * n  # (column, row) → run id
     total = torch.zeros(n * d, dtype=torch.float64, device=x.device).index_add_(0, run.reshape(-1), wt.reshape(-1))
     squares = torch.zeros(n * d, dtype=torch.float64, device=x.device).index_add_(0, run.reshape(-1),
                                                                                    (wt * wt).reshape(-1))
@@ -303,14 +305,17 @@ def _degenerate_lscv_message(s: Sample, cols: list[str]) -> str:
 
 
 def _check_scale(s: Sample, full: bool = True) -> torch.Tensor:
-    """Sample covariance, after checking for constant columns and (``full``) collinearity, named in the error."""
-    cov = s.cov()
+    """Sample covariance as a float64 CPU tensor (d × d: one read-back, and the checks and factorisations of so
+    small a matrix cost less on the host than launches and synchronising reads on a GPU), after checking for
+    constant columns and (``full``) collinearity, named in the error."""
+    cov = s.cov().cpu()
     var = torch.diagonal(cov)
-    for j in range(s.d):
-        if not float(var[j]) > 0.0:
-            val = float(s.x2[0, j])
-            raise InputError(f"Column {s.names[j]!r} of the data is constant (every value is {val:g}); a bandwidth "
-                             "for it would be 0.")
+    flat = ~(var > 0.0)
+    if bool(flat.any()):
+        j = int(flat.nonzero()[0, 0])
+        val = float(s.x2[0, j])
+        raise InputError(f"Column {s.names[j]!r} of the data is constant (every value is {val:g}); a bandwidth "
+                         "for it would be 0.")
     if s.d > 1 and full:
         sd = torch.sqrt(var)
         corr = cov / sd[:, None] / sd[None, :]
@@ -491,12 +496,7 @@ def _isj(s: Sample, grid_size: int) -> float:
 # ------------------------------------------------------------------------------------------- LSCV
 
 
-def _lscv_value(s1: np.ndarray, s2: np.ndarray, hdet_inv: np.ndarray, n: float, sw2: float, sww1: float,
-                d: int) -> np.ndarray:
-    """LSCV from the upper-triangle sums of exp(−Y/4) (``s1``, the 2H kernel) and exp(−Y/2) (``s2``, H)."""
-    c2 = (4.0 * math.pi) ** (-0.5 * d) * hdet_inv
-    c1 = (2.0 * math.pi) ** (-0.5 * d) * hdet_inv
-    return (c2 * (sw2 + 2.0 * s1)) / (n * n) - 2.0 * c1 * (sww1 + 2.0 * s2) / (n * (n - 1.0))
+_lscv_value = _pairhist.lscv_value  # the LSCV formula lives beside the search that evaluates it on the device
 
 
 def _whiten(s: Sample, chol: torch.Tensor) -> torch.Tensor:
@@ -510,9 +510,10 @@ class _LscvScalar:
     def __init__(self, s: Sample, engine: str):
         self.s = s
         self.d = s.d
-        self.cov = _check_scale(s)
-        self.chol = torch.linalg.cholesky(self.cov)
-        self.logdet_s = 2.0 * float(torch.log(torch.diagonal(self.chol)).sum())  # log|S|
+        self.cov = _check_scale(s)  # on the host
+        chol = torch.linalg.cholesky(self.cov)
+        self.logdet_s = 2.0 * float(torch.log(torch.diagonal(chol)).sum())  # log|S|
+        self.chol = chol.to(s.device)
         self.z = _whiten(s, self.chol)
         self.sw2 = s.sum_w2
         self.sww1 = self.sw2 - s.n  # Σ w(w − 1): pairs of copies of one row, excluded from i ≠ j
@@ -560,7 +561,7 @@ class _LscvScalar:
         h0 = (4.0 / ((d + 2.0) * n)) ** (1.0 / (d + 4.0))
         if self.engine == "exact" and _pairhist.histogram_pays(self.z.device):
             const = _pairhist.LscvConstants(n, self.sw2, self.sww1, d, self.logdet_s)
-            found = _pairhist.lscv_h_minimum(self.z, self.s.w, h0, const, _lscv_value)
+            found = _pairhist.lscv_h_minimum(self.z, self.s.w, h0, const)
             if found.trusted and not found.at_edge:
                 return found.h, found.value
         hs = h0 * np.geomspace(0.25, 4.0, LSCV_GRID)

@@ -11,12 +11,11 @@ plain bins, clamped linear weights.
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import importlib.util
-import warnings
-
 import torch
+
+from densitas._backend.nvrtc import available, launch
+
+__all__ = ["MAX_BINS", "available", "histogram1d"]
 
 MAX_BINS = 6_144  # 48 KiB of float64 shared memory: no opt-in needed
 THREADS = 512
@@ -71,32 +70,6 @@ HIST(hist_f64_f64, double, double)
 """
 
 
-@functools.cache
-def available() -> bool:
-    """Whether CuPy can be imported (the kernels compile on first use)."""
-    return importlib.util.find_spec("cupy") is not None
-
-
-@functools.cache
-def _module():
-    import cupy
-
-    return cupy.RawModule(code=_SOURCE, options=("--std=c++14",))
-
-
-def _torch_stream(device: torch.device):
-    """PyTorch's current stream as a CuPy stream context (CuPy 14 deprecates ``ExternalStream`` in favour of
-    ``Stream.from_external``; either works for a raw handle)."""
-    import cupy
-
-    ptr = torch.cuda.current_stream(device).cuda_stream
-    if ptr == 0:  # the legacy default stream: CuPy's default too
-        return contextlib.nullcontext()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return cupy.cuda.ExternalStream(ptr)
-
-
 def histogram1d(x: torch.Tensor, nb: int, lo: float, hi: float, weights: torch.Tensor | None,
                 linear: bool, shared: str | None = None) -> torch.Tensor:
     """(nb,) float64 bin totals of the 1-D CUDA tensor ``x`` (float32 or float64), same rules as the Triton
@@ -114,10 +87,8 @@ def histogram1d(x: torch.Tensor, nb: int, lo: float, hi: float, weights: torch.T
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
     blocks = max(min(sms * BLOCKS_PER_SM, -(-n // THREADS)), -(-n // MAX_PER_BLOCK))
     acc = shared or ("f32" if (weights is None and not linear) else "f64")
-    kernel = _module().get_function(f"hist_{'f32' if dt == torch.float32 else 'f64'}_{acc}")
-    with cupy.cuda.Device(x.device.index or 0), _torch_stream(x.device):
-        kernel((blocks,), (THREADS,), (cupy.from_dlpack(xc), cupy.from_dlpack(wc), cupy.from_dlpack(out),
-                                       cupy.int64(n), cupy.float64(lo), cupy.float64(hi), cupy.int32(nb),
-                                       cupy.int32(int(linear)), cupy.int32(int(weights is not None))),
-               shared_mem=(4 if acc == "f32" else 8) * nb)
+    name = f"hist_{'f32' if dt == torch.float32 else 'f64'}_{acc}"
+    launch(_SOURCE, name, x.device, (blocks,), (THREADS,),
+           (xc, wc, out, cupy.int64(n), cupy.float64(lo), cupy.float64(hi), cupy.int32(nb),
+            cupy.int32(int(linear)), cupy.int32(int(weights is not None))), shared_mem=(4 if acc == "f32" else 8) * nb)
     return out
