@@ -174,8 +174,11 @@ def test_failed_build_keeps_previous_synopsis(mem_engine, monkeypatch):
 
 
 def test_threads_give_the_same_answers(syn_db):
+    """Queries answered from four threads at once equal the same queries answered one by one before (each thread
+    writes its designs into memory of its own, and no answer keeps a view of it: the serial answers, made
+    first, must be unchanged by the queries after them)."""
     sqls = [f"SELECT region, SUM(amount) AS v FROM synthetic WHERE price > {90 + i} GROUP BY region"
-            for i in range(12)]
+            for i in range(12)] + [q.sql for q in generate(syn_db, "synthetic", 24, seed=31)]
     serial = [syn_db.query(s) for s in sqls]
     out: dict[int, list] = {}
 

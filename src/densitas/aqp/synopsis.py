@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -56,6 +57,8 @@ __all__ = ["MIN_SUPPORT", "Synopsis", "load", "z_value"]
 MIN_SUPPORT = 10
 # at most this many fine bins of a column cut by the box get a within-bin position term (a range cuts two)
 MAX_EDGE_TERMS = 4
+# a query's designs for its first this many keys are written into memory kept per thread (Synopsis._scratch)
+SCRATCH_SLOTS = 4
 
 
 @dataclass
@@ -203,6 +206,7 @@ class Synopsis:
         self._bin_sum_cache: dict[int, np.ndarray] = {}
         self._sum_start_cache: dict[int, np.ndarray] = {}
         self.read_all_rows = False  # the reference computation: every sample row enters every query
+        self._buffers = threading.local()  # per thread, the designs' memory (_scratch)
 
     # ---- query resolution -------------------------------------------------------------------------------
     def size_bytes(self) -> int:
@@ -482,8 +486,8 @@ class Synopsis:
         keyphis = [self._key_factors(k, S, phis) for k in keys]
         rows = self._rows(S, box, phis)
         y = np.stack([rows.key_values(k) for k in keys], axis=1) * rows.inside[:, None]
-        aux = [self._auxiliaries(k, S, phis, kp, tree, rows, memo if k[0] == "n" else {})
-               for k, kp in zip(keys, keyphis, strict=True)]
+        aux = [self._auxiliaries(k, S, phis, kp, tree, rows, memo if k[0] == "n" else {}, slot)
+               for slot, (k, kp) in enumerate(zip(keys, keyphis, strict=True))]
         totals = regression_totals(y, aux, rows.gid, self.N, self.n)
         rv_place = self._placement(S, phis, box)
         y2 = self._moments(tuple(keys))
@@ -673,14 +677,27 @@ class Synopsis:
         ``u``'s fine bin, times the bin's own factor."""
         return self._lam(u, None, tree.adj, factors, memo)
 
-    def _auxiliaries(self, key, S, phis, kp, tree: _Forest, rows: _Rows, memo: dict) -> Auxiliaries:
+    def _scratch(self, slot: int, shape: tuple[int, int]) -> np.ndarray:
+        """An uninitialised (rows, cols) array for a query's design, key ``slot``: a view of this thread's buffer
+        kept for the next query (a fresh one each query costs the allocator's page faults: a third of a
+        three-column query's time). Valid until the thread's next query."""
+        if slot >= SCRATCH_SLOTS:
+            return np.empty(shape)
+        bufs = self._buffers.__dict__.setdefault("design", {})
+        size = shape[0] * shape[1]
+        buf = bufs.get(slot)
+        if buf is None or len(buf) < size:
+            buf = bufs[slot] = np.empty(max(size, 1))
+        return buf[:size].reshape(shape)
+
+    def _auxiliaries(self, key, S, phis, kp, tree: _Forest, rows: _Rows, memo: dict, slot: int = 0) -> Auxiliaries:
         """The key's auxiliary functions on the query's sample rows ``rows``: each a function of one fine bin,
         one pair grid's cells or one sum grid's cells whose population total per group the synopsis holds
         exactly. The dense terms are written straight into the fit's design (row 0 its intercept)."""
         G = len(self.N)
         kind, j = key
         pairs = [(cols, pair) for cols, pair in self.pairs.items() if cols[0] in kp and cols[1] in kp]
-        X = np.empty((1 + 2 * len(S) + len(pairs) + 1, len(rows.idx)))
+        X = self._scratch(slot, (1 + 2 * len(S) + len(pairs) + 1, len(rows.idx)))
         X[0] = 1.0
         t = 1
         tots, sparse, sparse_tots = [], [], []
