@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -46,7 +45,7 @@ from scipy.special import ndtr, ndtri
 
 from densitas.aqp.columns import ColumnInfo, to_number
 from densitas.aqp.connector import Connector
-from densitas.aqp.estimator import Auxiliaries, regression_totals
+from densitas.aqp.estimator import Auxiliaries, regression_totals, scratch
 from densitas.aqp.sql import Condition, Query
 from densitas.aqp.store import StoredPair
 from densitas.exceptions import UnsupportedQueryError
@@ -57,7 +56,7 @@ __all__ = ["MIN_SUPPORT", "Synopsis", "load", "z_value"]
 MIN_SUPPORT = 10
 # at most this many fine bins of a column cut by the box get a within-bin position term (a range cuts two)
 MAX_EDGE_TERMS = 4
-# a query's designs for its first this many keys are written into memory kept per thread (Synopsis._scratch)
+# a query's designs for its first this many keys are written into memory kept per thread (estimator.scratch)
 SCRATCH_SLOTS = 4
 
 
@@ -206,7 +205,6 @@ class Synopsis:
         self._bin_sum_cache: dict[int, np.ndarray] = {}
         self._sum_start_cache: dict[int, np.ndarray] = {}
         self.read_all_rows = False  # the reference computation: every sample row enters every query
-        self._buffers = threading.local()  # per thread, the designs' memory (_scratch)
 
     # ---- query resolution -------------------------------------------------------------------------------
     def size_bytes(self) -> int:
@@ -677,27 +675,17 @@ class Synopsis:
         ``u``'s fine bin, times the bin's own factor."""
         return self._lam(u, None, tree.adj, factors, memo)
 
-    def _scratch(self, slot: int, shape: tuple[int, int]) -> np.ndarray:
-        """An uninitialised (rows, cols) array for a query's design, key ``slot``: a view of this thread's buffer
-        kept for the next query (a fresh one each query costs the allocator's page faults: a third of a
-        three-column query's time). Valid until the thread's next query."""
-        if slot >= SCRATCH_SLOTS:
-            return np.empty(shape)
-        bufs = self._buffers.__dict__.setdefault("design", {})
-        size = shape[0] * shape[1]
-        buf = bufs.get(slot)
-        if buf is None or len(buf) < size:
-            buf = bufs[slot] = np.empty(max(size, 1))
-        return buf[:size].reshape(shape)
-
     def _auxiliaries(self, key, S, phis, kp, tree: _Forest, rows: _Rows, memo: dict, slot: int = 0) -> Auxiliaries:
         """The key's auxiliary functions on the query's sample rows ``rows``: each a function of one fine bin,
         one pair grid's cells or one sum grid's cells whose population total per group the synopsis holds
-        exactly. The dense terms are written straight into the fit's design (row 0 its intercept)."""
+        exactly. The dense terms are written straight into the fit's design (row 0 its intercept), valid until this
+        thread's next query."""
         G = len(self.N)
         kind, j = key
         pairs = [(cols, pair) for cols, pair in self.pairs.items() if cols[0] in kp and cols[1] in kp]
-        X = self._scratch(slot, (1 + 2 * len(S) + len(pairs) + 1, len(rows.idx)))
+        shape = (1 + 2 * len(S) + len(pairs) + 1, len(rows.idx))
+        # the design in memory this thread keeps for its next query (a fresh one costs its pages' first-touch faults)
+        X = scratch(f"design{slot}", shape) if slot < SCRATCH_SLOTS else np.empty(shape)
         X[0] = 1.0
         t = 1
         tots, sparse, sparse_tots = [], [], []
