@@ -434,8 +434,9 @@ class _RowGroups:
             return
         p = Q.shape[1]
         M = np.concatenate([Q, W], axis=1)  # (G, p + r, p)
+        work = _WORK.get("forms_z", (M.shape[1] * max(b - a for _, a, b in self.slices),)) if self.slices else None
         for g, a, b in self.slices:
-            Z = np.matmul(M[g], XT[:, a:b], out=_WORK.get("forms_z", (len(M[g]), b - a)))
+            Z = np.matmul(M[g], XT[:, a:b], out=work[:M.shape[1] * (b - a)].reshape(M.shape[1], b - a))
             np.einsum("ij,ij->j", Z[:p], XT[:, a:b], out=quad[a:b])
             lin[:, a:b] = Z[p:]
 
