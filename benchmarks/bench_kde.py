@@ -75,7 +75,7 @@ def cuda_rows(dev: torch.device, quick: bool) -> None:
 
     # --- plug-in, exact --------------------------------------------------------------------------------
     x = normal(30_720)
-    t, h = timed(lambda: bandwidth(x, "plugin", engine="exact"), dev, 5)
+    t, h = timed(lambda: bandwidth(x, "plugin", engine="exact"), dev, 20)  # milliseconds: a stable median
     with use_backend("torch"):
         tp, hp = timed(lambda: bandwidth(x, "plugin", engine="exact"), dev, 1)
     row("plugin exact n=30,720", t, "torch fp64 tiles", tp, reldiff(h, hp),
@@ -100,7 +100,7 @@ def cuda_rows(dev: torch.device, quick: bool) -> None:
     # --- LSCV --------------------------------------------------------------------------------------------
     def lscv_rows(n: int) -> None:
         X = normal(n, 16)
-        t, H = timed(lambda: bandwidth(X, "lscv_h"), dev, 3)
+        t, H = timed(lambda: bandwidth(X, "lscv_h"), dev, 20 if n <= 10_240 else 3)
         peer = diff = None
         if n <= 10_240:
             with use_backend("torch"):
