@@ -130,3 +130,22 @@ def test_memory_budget_counts_what_the_caching_allocator_holds_unused(monkeypatc
     del block
     assert torch.cuda.memory_reserved() - torch.cuda.memory_allocated() >= 1 << 30
     assert abs(memory_budget("cuda") - before) < (1 << 30) // 4  # the same half of the device, not 0.5 GiB less
+
+
+@pytest.mark.parametrize("key_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("op", ["sum", "mean"])
+def test_shared_memory_reduce_by_key_matches_float64(key_dtype, dtype, op):
+    """One value column on CUDA goes through the shared-memory kernel (CuPy): float64 sums per key equal a
+    float64 index_add to summation-order rounding; absent keys stay 0 (sum) or NaN (mean)."""
+    pytest.importorskip("cupy")
+    n = 3_000_017
+    keys = torch.randint(0, 999, (n,), device="cuda", dtype=key_dtype)  # key 999 never occurs
+    vals = (torch.rand(n, device="cuda", dtype=torch.float64) - 0.3).to(dtype)
+    got = P.reduce_by_key(keys, vals, op, num_keys=1000)
+    total = torch.zeros(1000, device="cuda", dtype=torch.float64).index_add_(0, keys.long(), vals.double())
+    counts = torch.bincount(keys.long(), minlength=1000).double()
+    want = total if op == "sum" else total / counts
+    assert got.dtype == dtype
+    assert _rel(got[:999].double(), want[:999]) <= (1e-6 if dtype == torch.float32 else 1e-12)
+    assert (got[999] == 0) if op == "sum" else bool(torch.isnan(got[999]))

@@ -765,11 +765,12 @@ SELECTORS.register(Selector(
     univariate=True, pairwise=True, complexity="exact O(n²) (pruned), binned O(n + M log M)"))
 SELECTORS.register(Selector(
     "lscv_h", _lscv_h_selector,
-    "``H = h²S``, h minimising LSCV(h²S) (documents 000/003): a 32-point geometric grid over ``[h₀/4, 4h₀]``, "
-    "``h₀ = (4/((d+2)n))^(1/(d+4))``, then zoom passes of 16 values each (uniform in 1/h²) to 1e-4 relative in "
-    "h (on the CPU from one pair-distance histogram when its error bound allows). All values of a pass share "
-    "one O(n²) sweep; the pair distances are never stored. Warns when the minimum runs to h → 0 (tied or "
-    "discrete data).",
+    "``H = h²S``, h minimising LSCV(h²S) (documents 000/003), ``h₀ = (4/((d+2)n))^(1/(d+4))``: from one "
+    "pair-distance histogram (one O(n² d) pass; then three 256-point grids over ``[h₀/64, 64h₀]``, each "
+    "between the neighbours of the previous minimum) where its error bound allows — on the CPU, and on CUDA "
+    "with CuPy; otherwise a 32-point geometric grid over ``[h₀/4, 4h₀]``, then zoom passes of 16 values each "
+    "(uniform in 1/h²) to 1e-4 relative in h, all values of a pass sharing one O(n²) sweep. The pair "
+    "distances are never stored. Warns when the minimum runs to h → 0 (tied or discrete data).",
     binned_univariate=True, pairwise=True, auto_exact=True, complexity="O(n² d) per pass"))
 SELECTORS.register(Selector(
     "lscv_H", _lscv_H_selector,
