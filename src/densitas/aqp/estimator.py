@@ -297,8 +297,10 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
     for k in range(K):
         Xt[k, :, 1:p[k]] = aux[k].totals
     m = len(gid)
-    yT = _WORK.get("y", (K, m))  # (K, m): each key's target contiguous
-    yT[:] = y.T
+    yT = y.T  # (K, m): each key's target contiguous
+    if not yT.flags.c_contiguous:
+        yT = _WORK.get("y", (K, m))
+        yT[:] = y.T
     # the fit corrects the difference estimator (the model's own prediction, column 0 of Z, with β = 1): the
     # smallest correction that fits, so terms collinear among the sample rows but not in the table (every
     # sampled row inside the box, say) keep the model's own weights instead of splitting them arbitrarily

@@ -34,6 +34,7 @@ is kept for comparison (benchmarks/RESULTS.md).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Callable
@@ -45,7 +46,7 @@ from scipy.special import ndtr, ndtri
 
 from densitas.aqp.columns import ColumnInfo, to_number
 from densitas.aqp.connector import Connector
-from densitas.aqp.estimator import Auxiliaries, regression_totals, scratch
+from densitas.aqp.estimator import FEW_GROUPS, Auxiliaries, regression_totals, scratch
 from densitas.aqp.sql import Condition, Query
 from densitas.aqp.store import StoredPair
 from densitas.exceptions import UnsupportedQueryError
@@ -483,10 +484,12 @@ class Synopsis:
             return est, lambda gids, ks, ws: np.zeros(len(gids)), self._support(None)
         keyphis = [self._key_factors(k, S, phis) for k in keys]
         rows = self._rows(S, box, phis)
-        y = np.stack([rows.key_values(k) for k in keys], axis=1) * rows.inside[:, None]
-        aux = [self._auxiliaries(k, S, phis, kp, tree, rows, memo if k[0] == "n" else {}, slot)
+        y = scratch("targets", (len(keys), len(rows.idx)))  # each key's y·1_B, key by key
+        for t, k in enumerate(keys):
+            np.multiply(rows.key_values(k), rows.inside, out=y[t])
+        aux = [self._auxiliaries(k, S, phis, kp, tree, rows, _shared_messages(memo, tree, phis, kp), slot)
                for slot, (k, kp) in enumerate(zip(keys, keyphis, strict=True))]
-        totals = regression_totals(y, aux, rows.gid, self.N, self.n)
+        totals = regression_totals(y.T, aux, rows.gid, self.N, self.n)
         rv_place = self._placement(S, phis, box)
         y2 = self._moments(tuple(keys))
         n_g = np.maximum(self.n, 1)
@@ -667,7 +670,12 @@ class Synopsis:
         """(G,): :meth:`support` from the query's sample rows (None: the query has no predicate)."""
         if rows is None:
             return np.full(len(self.N), np.inf)
-        got = np.bincount(rows.gid, rows.inside, minlength=len(self.N)).astype(np.float64)
+        G = len(self.N)
+        if G <= FEW_GROUPS:  # the rows are in sample order, so by group: a count per group's slice
+            bounds = rows.gid.searchsorted(np.arange(G + 1)).tolist()
+            got = np.array([np.count_nonzero(rows.inside[a:b]) for a, b in itertools.pairwise(bounds)], dtype=float)
+        else:
+            got = np.bincount(rows.gid, rows.inside, minlength=G).astype(np.float64)
         return np.where(self.n >= self.N, np.inf, got)
 
     def _root_message(self, u: int, tree: _Forest, factors: dict, memo: dict | None = None) -> np.ndarray:
@@ -861,6 +869,25 @@ class Synopsis:
             return out
 
         return est, var_fn, np.full(G, np.inf)
+
+
+def _shared_messages(memo: dict, tree: _Forest, phis: dict, factors: dict) -> dict:
+    """The messages of ``memo`` (computed under the box's own factors ``phis``) that hold under ``factors`` too:
+    those whose subtree (the node's side of the edge to its parent) has no column whose factor differs. A key's
+    factors differ from the box's in one column at most (:meth:`Synopsis._key_factors`)."""
+    changed = {u for u in factors if factors[u] is not phis[u]}
+    if not changed:
+        return memo
+    shared = {}
+    for (node, parent), lam in memo.items():
+        side, stack = set(), [(node, parent)]
+        while stack:
+            x, par = stack.pop()
+            side.add(x)
+            stack += [(v, x) for v in tree.adj[x] if v != par]
+        if not side & changed:
+            shared[(node, parent)] = lam
+    return shared
 
 
 def _point_bins(info: ColumnInfo, lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
