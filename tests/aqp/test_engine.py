@@ -409,3 +409,19 @@ def test_rows_outside_the_box_read_or_not_give_the_same_answers(syn_db):
         for c in ("v", "v_ci_low", "v_ci_high"):
             np.testing.assert_array_less(np.abs(a[c].to_numpy() - r[c].to_numpy()), 1e-9 * scale + 1e-12,
                                          err_msg=q.sql)
+
+
+def test_keys_sharing_the_count_keys_messages_give_the_same_answers(syn_db, monkeypatch):
+    """A SUM or AVG key reuses the row-count key's tree messages that do not see its changed factor; computed
+    afresh for every key instead (the reference), the answers are the same numbers (the same products of the
+    same arrays)."""
+    from densitas.aqp import synopsis as syn_mod
+
+    qs = [q for q in generate(syn_db, "synthetic", 60, seed=41) if q.n_cols > 1 and q.func != "count"]
+    assert len(qs) >= 10
+    shared = [syn_db.query(q.sql) for q in qs]
+    monkeypatch.setattr(syn_mod, "_shared_messages",
+                        lambda memo, tree, phis, factors: memo if all(factors[u] is phis[u] for u in factors) else {})
+    fresh = [syn_db.query(q.sql) for q in qs]
+    for q, a, b in zip(qs, shared, fresh, strict=True):
+        pd.testing.assert_frame_equal(a, b, check_exact=False, rtol=1e-12, obj=q.sql)
