@@ -158,6 +158,7 @@ class Pair(StoredPair):
 
     starts: tuple[np.ndarray, np.ndarray]  # per dimension: first fine bin of each cell (maps are monotone)
     rowsum: tuple[np.ndarray, np.ndarray]  # per dimension: (G, res + 1) rows per cell
+    flat: tuple[np.ndarray, np.ndarray]  # per dimension and stored cell: its index gid·(res + 1) + c in a (G, res + 1)
 
 
 def _starts(m: np.ndarray) -> np.ndarray:
@@ -442,8 +443,7 @@ class Synopsis:
         lbar = self._cell_mean(v, lam_v, pair.starts[dv])
         G = len(self.N)
         R = pair.res[du] + 1
-        num = np.bincount(pair.gid * R + pair.c[du], pair.n * lbar[pair.gid, pair.c[dv]],
-                          minlength=G * R).reshape(G, R)
+        num = np.bincount(pair.flat[du], pair.n * lbar.take(pair.flat[dv]), minlength=G * R).reshape(G, R)
         den = pair.rowsum[du]
         with np.errstate(invalid="ignore", divide="ignore"):
             mu = np.where(den > 0, num / np.where(den > 0, den, 1), 0.0)
@@ -714,8 +714,7 @@ class Synopsis:
             qb = self._cell_mean(b, kp[b], pair.starts[1])
             np.multiply(rows.at(qa, a, pair.maps[0]), rows.at(qb, b, pair.maps[1]), out=X[t])
             t += 1
-            tots.append(np.bincount(pair.gid, pair.n * qa[pair.gid, pair.c[0]] * qb[pair.gid, pair.c[1]],
-                                    minlength=G))
+            tots.append(np.bincount(pair.gid, pair.n * qa.take(pair.flat[0]) * qb.take(pair.flat[1]), minlength=G))
         if kind != "n":  # the row's own value times its cell's box share, through each predicate's sum grid
             v = rows.key_values(key)
             for u in S:
@@ -950,7 +949,8 @@ def load(con: Connector, table: str) -> Synopsis:
     for p in st.pairs:
         maps = p.maps
         R = (int(maps[0].max()) + 1, int(maps[1].max()) + 1)
-        rowsum = tuple(np.bincount(p.gid * R[d] + p.c[d], p.n, minlength=G * R[d]).reshape(G, R[d]) for d in (0, 1))
+        flat = (p.gid * R[0] + p.c[0], p.gid * R[1] + p.c[1])
+        rowsum = tuple(np.bincount(flat[d], p.n, minlength=G * R[d]).reshape(G, R[d]) for d in (0, 1))
         pairs.append(Pair(**{**vars(p), "res": (R[0] - 1, R[1] - 1)},
-                          starts=(_starts(maps[0]), _starts(maps[1])), rowsum=rowsum))
+                          starts=(_starts(maps[0]), _starts(maps[1])), rowsum=rowsum, flat=flat))
     return Synopsis(st.meta, st.infos, st.groups, st.marg, st.sums, pairs, st.scores, st.sample_gid, st.sample_vals)
