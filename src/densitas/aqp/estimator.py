@@ -192,8 +192,7 @@ class GroupTotals:
     df: np.ndarray  # (G, K) residual degrees of freedom
     outside: np.ndarray  # (G,) sample rows of the group not given (y and every auxiliary 0 there)
     outside_residual: np.ndarray  # (G, K) the residual each of them has
-    residual_sum: np.ndarray  # (G, K) Σ of the residuals over the group's rows given
-    residual_cross: np.ndarray  # (G, K, K) Σ of their products, key by key
+    residual_scatter: np.ndarray  # (G, K, K) Σ (r − r̄)(r − r̄)ᵀ over all the group's sample rows, key by key
     _expansion: np.ndarray | None = field(default=None, repr=False)
 
     def sampling_variance(self, gids: np.ndarray, ks: list[int], ws: list[np.ndarray | float]) -> np.ndarray:
@@ -211,7 +210,7 @@ class GroupTotals:
         >>> bool(0 < v[0] < 1000.0 ** 2 * 0.25 / 200)                       # below the plain sample's variance
         True
         """
-        W = np.zeros((len(gids), self.residual_sum.shape[1]))  # each key's weight in each answered group
+        W = np.zeros((len(gids), self.residual_scatter.shape[1]))  # each key's weight in each answered group
         for k, w in zip(ks, ws, strict=True):
             W[:, k] += w
         return self.variance_of(gids, W, ks)
@@ -229,14 +228,9 @@ class GroupTotals:
         >>> bool(v[0] == t.sampling_variance(np.array([0]), [0], [1.0])[0])
         True
         """
-        e0 = np.einsum("gk,gk->g", W, self.outside_residual[gids])
-        out = self.outside[gids]
-        s1 = np.einsum("gk,gk->g", W, self.residual_sum[gids]) + out * e0
-        s2 = np.einsum("gk,gkl,gl->g", W, self.residual_cross[gids], W) + out * (e0 * e0)
-        n = self.n[gids]
+        ss = np.einsum("gk,gkl,gl->g", W, self.residual_scatter[gids], W)  # of the combined residuals
         df = self.df[gids][:, ks].min(axis=1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            s2e = np.where(df > 0, (s2 - s1 * s1 / np.maximum(n, 1)) / np.maximum(df, 1), 0.0)
+        s2e = np.where(df > 0, ss / np.maximum(df, 1), 0.0)
         return self.expansion[gids] * np.maximum(s2e, 0.0)
 
     @property
@@ -350,12 +344,22 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
     else:
         dfs = np.where(tiny[:, None], n[:, None] - 1, np.where(small.T, n[:, None] - 2, n[:, None] - p))
     resid, resid0 = r.T, r0.T  # (m, K), (G, K)
-    r_sum, r_cross = rg.moments(resid)
+    scatter = _scatter(*rg.moments(resid), resid0, outside, n)
     if order is not None:
         resid[order] = resid.copy()
         gid = np.asarray(gid)[np.argsort(order)]
     return GroupTotals(value, model, corr, resid, gid, N.astype(np.float64), n.astype(np.float64),
-                       np.maximum(dfs, 0.0), outside.astype(np.float64), resid0, r_sum, r_cross)
+                       np.maximum(dfs, 0.0), outside.astype(np.float64), resid0, scatter)
+
+
+def _scatter(r_sum: np.ndarray, r_cross: np.ndarray, r0: np.ndarray, outside: np.ndarray,
+             n: np.ndarray) -> np.ndarray:
+    """(G, K, K): per group the scatter matrix ``Σ (r − r̄)(r − r̄)ᵀ`` of the keys' residuals over its ``n`` sample
+    rows, from the given rows' sums ``r_sum`` (G, K) and cross products ``r_cross`` (G, K, K) and the ``outside``
+    rows' residual ``r0`` (G, K)."""
+    s = r_sum + outside[:, None] * r0
+    return (r_cross + outside[:, None, None] * (r0[:, :, None] * r0[:, None, :])
+            - s[:, :, None] * s[:, None, :] / np.maximum(n, 1)[:, None, None])
 
 
 class _RowGroups:
