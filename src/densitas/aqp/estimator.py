@@ -519,7 +519,7 @@ class _Design:
         into ``quad`` (m,) and ``lin`` (r, m): the leverages and the linear forms of the fit, from one product per
         group."""
         d = self.d
-        self.rg.forms(self.dense, np.ascontiguousarray(Q[:, :d, :d]), np.ascontiguousarray(W[:, :, :d]), quad, lin)
+        self.rg.forms(self.dense, Q[:, :d, :d], W[:, :, :d], quad, lin)
         if self.sparse:
             q_u, l_u = np.empty(len(self.u)), np.empty((W.shape[1], len(self.u)))
             self.rg_u.forms(self.at_u, Q, W, q_u, l_u)
