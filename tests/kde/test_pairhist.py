@@ -186,3 +186,68 @@ def test_triton_grid_search_matches_torch(rng, d, weighted, bins_per_octave, win
     assert got[2:].tolist() == want[2:].tolist()
     assert bool(want[2]) == (window is not None)
     assert bool(want[3]) == (bins_per_octave > 1)
+
+
+def _kernel_model(x: np.ndarray, grid) -> torch.Tensor:
+    """The CUDA pair-histogram kernel's arithmetic (``densitas.kde._cuda``, unweighted path) in NumPy float32:
+    float32 differences of the centred points, the octave from the exponent bits, the sub-bin from log₂ of the
+    mantissa, δ against the (hi, lo) sub-bin centre, the integer moments — then the module's own reconstruction."""
+    from densitas.kde import _cuda
+
+    z = (x - x.mean(0)).astype(np.float32)
+    i, j = np.triu_indices(len(z), 1)
+    y = ((z[i] - z[j]) ** 2).sum(1, dtype=np.float32)
+    cent = _cuda._centres(torch.device("cpu")).numpy()
+    chi, clo, rci = cent[:128], cent[128:256], cent[256:]
+    under = y < np.float32(grid.y_floor)
+    bits = y.view(np.uint32)
+    e = (bits >> 23).astype(np.int64) - 127
+    m = ((bits & 0x007FFFFF) | 0x3F800000).view(np.float32)
+    k = np.clip((np.log2(m) * 128).astype(np.int64), 0, 127)
+    b = (e - int(grid.u_lo)) * 128 + k + 1
+    beyond = b > grid.bins
+    b = np.where(beyond, grid.bins, b)
+    k = np.where(beyond, (grid.bins - 1) % 128, k)
+    m = np.where(beyond, np.ldexp(y, -(int(grid.u_lo) + (grid.bins - 1) // 128)).astype(np.float32), m)
+    delta = ((m - chi[k]) - clo[k]) * rci[k]
+    q, half = 1 << _cuda.QBITS, 1 << (_cuda.QBITS - 1)
+    q1 = np.clip(np.rint(delta * np.float32(1.0 / _cuda.quantum(grid))).astype(np.int64), -q, q)
+    q2 = (q1 * q1 + half) >> _cuda.QBITS
+    q3 = (q2 * q1 + half) >> _cuda.QBITS
+    qsum = np.zeros((grid.bins + 1, 4), dtype=np.int64)
+    keep = ~under
+    for col, v in enumerate((np.ones_like(q1), q1, q2, q3)):
+        np.add.at(qsum[:, col], b[keep], v[keep])
+    yu = y[under].astype(np.float64)
+    raw0 = torch.tensor([len(yu), yu.sum(), (yu**2).sum(), (yu**3).sum()], dtype=torch.float64)
+    return _cuda.moments_from_integers(torch.from_numpy(qsum), raw0, grid)
+
+
+@pytest.mark.parametrize("d", [1, 4, 16])
+def test_integer_moments_of_the_cuda_kernel_match_the_float64_histogram(rng, d):
+    """The CUDA kernel's design, run on the CPU (CI has no GPU; the device suite compares the kernel itself with
+    the PyTorch histogram): octave-aligned bins from the float's bits and integer δ moments in units of
+    u = δ_max/1024 give S(a) = Σ e^{−aY} of the kernel's float32 distances within the histogram's truncation
+    bound plus the worst case of the δ rounding (≤ u/2 per pair in the first-order term)."""
+    from densitas.kde import _cuda
+
+    n = 400
+    x = rng.normal(size=(n, d)) * rng.uniform(0.5, 2.0, d)
+    x[9] = x[4]  # a tied pair: bin 0
+    xc = x - x.mean(0)
+    h0 = (4.0 / ((d + 2.0) * n)) ** (1.0 / (d + 4.0))
+    _, _, grid = pairhist.search_bounds(h0, 4.0 * float((xc**2).sum(1).max()) * 1.001)
+    model = pairhist.PairHistogram(grid, _kernel_model(x, grid))
+    assert float(model.moments[:, 0].sum()) == n * (n - 1) / 2
+    assert float(model.moments[0, 0]) >= 1.0  # the tie
+    z = (x - x.mean(0)).astype(np.float32)
+    i, j = np.triu_indices(n, 1)
+    y = ((z[i] - z[j]) ** 2).sum(1, dtype=np.float32).astype(np.float64)  # the kernel's distances
+    a = np.array([0.05, 0.25, 1.0, 4.0]) / (h0 * h0)
+    want = np.exp(-a[:, None] * y[None, :]).sum(1)
+    got, bound = (t.numpy() for t in model.sums(torch.from_numpy(a)))
+    u, dm = _cuda.quantum(grid), grid.delta_max
+    xs = a[:, None] * y[None, :]
+    rounding = u * (np.exp(-xs * (1 - dm)) * (xs + xs**2 * dm + xs**3 * dm * dm)).sum(1)
+    assert np.all(np.abs(got - want) <= bound + rounding + 1e-12 * want), (got, want, bound, rounding)
+    assert np.all(rounding <= 1e-4 * want)  # the allowance is not vacuous

@@ -25,7 +25,7 @@ import torch
 
 from densitas._backend.nvrtc import available, launch
 
-__all__ = ["MAX_DIM", "available", "fits", "pair_histogram"]
+__all__ = ["MAX_DIM", "available", "fits", "moments_from_integers", "pair_histogram", "quantum"]
 
 ROWS = 256  # threads per block, one row each
 COLS = 64  # columns per tile, staged in shared memory
@@ -281,7 +281,7 @@ def pair_histogram(z: torch.Tensor, w: torch.Tensor | None, grid, *, scatter: bo
     ti, tj = _schedule(n, z.device)
     tiles = int(ti.shape[0])
     blocks = max(1, min(tiles, _sms(z.device) * BLOCKS_PER_SM), math.ceil(tiles / MAX_TILES_PER_BLOCK))
-    unit = grid.delta_max * (1.0 + 1e-3) / (1 << QBITS)  # a little room for pairs binned at an edge's rounding
+    unit = quantum(grid)
     if w is None:
         copies = None
         qsum = torch.zeros(nb + 1, 4, dtype=torch.int64, device=z.device)
@@ -297,8 +297,40 @@ def pair_histogram(z: torch.Tensor, w: torch.Tensor | None, grid, *, scatter: bo
            shared_mem=_shared_bytes(nb, width))
     if w is not None:
         return copies.sum(0, dtype=torch.float64)
-    scale = torch.tensor([1.0, unit, unit * unit * (1 << QBITS), unit**3 * (1 << (2 * QBITS))], dtype=torch.float64,
-                         device=z.device)
+    return moments_from_integers(qsum, raw0, grid)
+
+
+def quantum(grid) -> float:
+    """The unit of the integer δ moments: ``δ_max / 2^QBITS`` with a little room for pairs that rounding puts
+    just past a bin edge.
+
+    Examples
+    --------
+    >>> from densitas.kde.pairhist import HistogramGrid
+    >>> grid = HistogramGrid(-20.0, 1 / 128, 3000)
+    >>> round(quantum(grid) * (1 << QBITS) / grid.delta_max, 6)
+    1.001
+    """
+    return grid.delta_max * (1.0 + 1e-3) / (1 << QBITS)
+
+
+def moments_from_integers(qsum: torch.Tensor, raw0: torch.Tensor, grid) -> torch.Tensor:
+    """The (bins + 1, 4) float64 moments from the kernel's integer sums: per pair the kernel adds 1,
+    ``q₁ = round(δ/u)``, ``q₂ = round(q₁²/2^Q)``, ``q₃ = round(q₂q₁/2^Q)`` (``u`` = :func:`quantum`, ``Q`` =
+    ``QBITS``), so δ ≈ q₁u, δ² ≈ q₂u²2^Q, δ³ ≈ q₃u³2^{2Q}; bin 0's raw moments arrive as floats.
+
+    Examples
+    --------
+    >>> from densitas.kde.pairhist import HistogramGrid
+    >>> grid = HistogramGrid(-20.0, 1 / 128, 4)
+    >>> q = torch.zeros(5, 4, dtype=torch.int64); q[2] = torch.tensor([3, 1024, 1024, 1024])
+    >>> m = moments_from_integers(q, torch.zeros(4, dtype=torch.float64), grid)
+    >>> round(float(m[2, 1] / quantum(grid)), 6), float(m[2, 0])
+    (1024.0, 3.0)
+    """
+    u = quantum(grid)
+    scale = torch.tensor([1.0, u, u * u * (1 << QBITS), u**3 * (1 << (2 * QBITS))], dtype=torch.float64,
+                         device=qsum.device)
     out = qsum.to(torch.float64) * scale
     out[0] = raw0
     return out
