@@ -65,7 +65,7 @@ RCOND = float(np.sqrt(np.finfo(np.float64).eps))
 class _Workspace(threading.local):
     """Per thread, memory kept from one query to the next for the per-row arrays that do not outlive a query.
     Fresh arrays of this size (hundreds of kB) come from the allocator as new pages, each one a page fault on
-    first touch: about 400 per three-column query, a tenth of its time."""
+    first touch: hundreds per three-column query, up to a third of its time on a busy machine."""
 
     def __init__(self) -> None:
         self.buffers: dict[str, np.ndarray] = {}
@@ -302,9 +302,10 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
     for k, x in enumerate(X):
         np.subtract(yT[k], x.dense[1], out=yk[k])
     xtx, xty = _normal_equations(X, yk, n, P)
-    small = (n < MIN_ROWS_PER_TERM * p[:, None]) & (p[:, None] > 2)  # too few rows for every term: the model's
-    two = _solve(xtx[..., :2, :2].copy(), xty[..., :2].copy(), n, X) if small.any() else None  # prediction and
-    fit = _solve(xtx, xty, n, X)                                                                # an intercept
+    # too few rows for every term: the model's prediction and an intercept only (the first two terms' equations)
+    small = (n < MIN_ROWS_PER_TERM * p[:, None]) & (p[:, None] > 2)
+    two = _solve(xtx[..., :2, :2].copy(), xty[..., :2].copy(), n, X) if small.any() else None
+    fit = _solve(xtx, xty, n, X)
     beta, ginv = fit.beta, fit.ginv
     if two is not None:
         beta[small] = 0.0
@@ -490,10 +491,6 @@ class _Design:
                 self.at_u[self.d + t, np.searchsorted(self.u, pos)] = vals
             self.rg_u = _RowGroups(rg.gid[self.u], rg.G)
 
-    def head(self, q: int) -> _Design:
-        """The first ``q`` terms (dense), as a design of their own."""
-        return _Design(None, self.rg, dense=self.dense[:q])
-
     def size(self) -> np.ndarray:
         """(p,): each term's largest magnitude over the given rows (1 for every term when no row is given)."""
         if not len(self.rg.gid):
@@ -528,8 +525,8 @@ class _Design:
 
 @dataclass
 class _Fit:
-    """One per-group least-squares fit: coefficients (G, p), ``(XᵀX)⁺`` in the terms' own units (G, p, p), and
-    each term's sum over the group's sample rows (G, p)."""
+    """Per-group least-squares fits (of one key, or of every key along a leading axis K): coefficients (G, p),
+    ``(XᵀX)⁺`` in the terms' own units (G, p, p), and each term's sum over the group's sample rows (G, p)."""
 
     beta: np.ndarray
     ginv: np.ndarray
