@@ -28,6 +28,7 @@ import torch
 from densitas._backend import nvrtc
 from densitas._backend.dispatch import register, select
 from densitas.exceptions import InputError
+from densitas.kde import _cuda
 
 __all__ = ["BINS_PER_OCTAVE", "GridMinimum", "LscvConstants", "PairHistogram", "lscv_h_minimum", "lscv_value",
            "minimise_lscv", "minimise_on_grids", "pair_histogram"]
@@ -243,11 +244,12 @@ TRUST_RTOL = 1e-6  # the objective's error bound, relative to its positive term,
 HISTOGRAM_DEVICES = ("cpu", "cuda")
 
 
-def histogram_pays(device: torch.device) -> bool:
-    """Whether the LSCV_h search should build the histogram on ``device``. On the CPU one histogram pass costs
-    less than the exact grid-and-zoom passes. On CUDA it pays with the shared-memory kernel
-    (:mod:`densitas.kde._cuda`, which needs CuPy); the Triton histogram alone is bound by same-address global
-    atomics (16.1 ms at n = 10,240, d = 16 on an H200, against 5.9 ms for the exact passes: RESULTS.md).
+def histogram_pays(device: torch.device, d: int = 1) -> bool:
+    """Whether the LSCV_h search on ``d`` columns should build the histogram on ``device``. On the CPU one
+    histogram pass costs less than the exact grid-and-zoom passes. On CUDA it pays with the shared-memory kernel
+    (:mod:`densitas.kde._cuda`, which needs CuPy and takes up to 64 columns); the Triton histogram alone is bound
+    by same-address global atomics (16.1 ms at n = 10,240, d = 16 on an H200, against 5.9 ms for the exact
+    passes: RESULTS.md).
 
     Examples
     --------
@@ -255,7 +257,7 @@ def histogram_pays(device: torch.device) -> bool:
     True
     """
     if device.type == "cuda":
-        return "cuda" in HISTOGRAM_DEVICES and nvrtc.available()
+        return "cuda" in HISTOGRAM_DEVICES and nvrtc.available() and d <= _cuda.MAX_DIM
     return device.type in HISTOGRAM_DEVICES
 
 
