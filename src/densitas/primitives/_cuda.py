@@ -16,16 +16,13 @@ import torch
 
 from densitas._backend.nvrtc import available, launch
 
-__all__ = ["MAX_BINS", "MAX_KEYS", "available", "histogram1d", "linear_bin_counts", "reduce_by_key",
-           "totals_from_integers"]
+__all__ = ["MAX_BINS", "MAX_KEYS", "available", "histogram1d", "reduce_by_key"]
 
 MAX_BINS = 6_144  # 48 KiB of float64 shared memory: no opt-in needed
 MAX_KEYS = 4_096  # reduce_by_key: a float64 sum and a 32-bit count per key, 48 KiB
 THREADS = 512
 BLOCKS_PER_SM = 4
 MAX_PER_BLOCK = 1 << 23  # float32 counts stay exact
-MAX_LINEAR_BINS = 4_096  # integer linear binning: three int32 per point of the grid, 48 KiB
-FRACTION_BITS = 20  # FQ in the kernel
 
 _SOURCE = r"""
 template <typename T, typename A>
@@ -73,53 +70,6 @@ HIST(hist_f32_f64, float, double)
 HIST(hist_f64_f32, double, float)
 HIST(hist_f64_f64, double, double)
 
-// Unweighted linear binning with integer shared atomics (the native ones; float ones are compare-and-swap
-// loops): a point with cell k and fraction f adds 1 to cnt[k] and round(f 2^FQ) to fq[k]; bin k's total is
-// cnt[k] − F[k] + F[k−1] with F = fq / 2^FQ. An add that takes fq[k] across 2^30 moves 2^30 into carry[k]
-// (exactly one add crosses; a block's other adds meanwhile stay below 2^31 because each is at most 2^FQ).
-#define FQ 20
-template <typename T>
-__device__ void linbin_q(const T* __restrict__ x, unsigned long long* __restrict__ out_n,
-                         unsigned long long* __restrict__ out_f, long long n, double lo, double hi, int nb) {
-    extern __shared__ __align__(8) unsigned char raw[];
-    int* cnt = reinterpret_cast<int*>(raw);
-    int* fq = cnt + nb;
-    int* carry = fq + nb;
-    for (int i = threadIdx.x; i < 3 * nb; i += blockDim.x) cnt[i] = 0;
-    __syncthreads();
-    const double inv = (nb - 1) / (hi - lo);
-    const long long stride = (long long)gridDim.x * blockDim.x;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        const double xv = (double)x[i];
-        if (!(xv >= lo && xv <= hi)) continue;
-        const double t = (xv - lo) * inv;
-        const int k = (int)fmin(fmax(floor(t), 0.0), (double)(nb - 2));
-        const int q = __double2int_rn(fmin(fmax(t - k, 0.0), 1.0) * (double)(1 << FQ));
-        atomicAdd(&cnt[k], 1);
-        if (q != 0) {
-            const int old = atomicAdd(&fq[k], q);
-            if (old < (1 << 30) && old + q >= (1 << 30)) {
-                atomicSub(&fq[k], 1 << 30);
-                atomicAdd(&carry[k], 1);
-            }
-        }
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < nb; i += blockDim.x) {
-        if (cnt[i] != 0) atomicAdd(&out_n[i], (unsigned long long)cnt[i]);
-        const long long f = (long long)fq[i] + ((long long)carry[i] << 30);
-        if (f != 0) atomicAdd(&out_f[i], (unsigned long long)f);
-    }
-}
-extern "C" __global__ void linbin_q_f32(const float* x, unsigned long long* out_n, unsigned long long* out_f,
-                                        long long n, double lo, double hi, int nb) {
-    linbin_q<float>(x, out_n, out_f, n, lo, hi, nb);
-}
-extern "C" __global__ void linbin_q_f64(const double* x, unsigned long long* out_n, unsigned long long* out_f,
-                                        long long n, double lo, double hi, int nb) {
-    linbin_q<double>(x, out_n, out_f, n, lo, hi, nb);
-}
-
 template <typename K, typename T>
 __device__ void rbk_all(const K* __restrict__ keys, const T* __restrict__ v, double* __restrict__ out,
                         unsigned long long* __restrict__ cnt, long long n, int nk, int count) {
@@ -155,16 +105,9 @@ def histogram1d(x: torch.Tensor, nb: int, lo: float, hi: float, weights: torch.T
                 linear: bool, shared: str | None = None) -> torch.Tensor:
     """(nb,) float64 bin totals of the 1-D CUDA tensor ``x`` (float32 or float64), same rules as the Triton
     kernel: values outside ``[lo, hi]`` (and NaN) are ignored. The shared-memory accumulator is float32 for
-    counts (exact), float64 for weights, and integers for unweighted linear binning (:func:`linear_bin_counts`),
-    unless ``shared`` says (``"f32"``/``"f64"``: float accumulators for every case).
+    counts (exact) and float64 for weights and linear binning (float64 results), unless ``shared`` says."""
+    import cupy
 
-    Examples
-    --------
-    >>> callable(histogram1d)
-    True
-    """
-    if linear and weights is None and shared is None and nb <= MAX_LINEAR_BINS:
-        return linear_bin_counts(x, nb, lo, hi)
     dt = torch.float32 if x.dtype == torch.float32 else torch.float64
     xc = x.to(dt).contiguous()
     wc = xc if weights is None else weights.to(dt).contiguous()
@@ -172,56 +115,14 @@ def histogram1d(x: torch.Tensor, nb: int, lo: float, hi: float, weights: torch.T
     n = xc.shape[0]
     if n == 0:
         return out
-    blocks = _blocks(x.device, n)
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    blocks = max(min(sms * BLOCKS_PER_SM, -(-n // THREADS)), -(-n // MAX_PER_BLOCK))
     acc = shared or ("f32" if (weights is None and not linear) else "f64")
     name = f"hist_{'f32' if dt == torch.float32 else 'f64'}_{acc}"
     launch(_SOURCE, name, x.device, (blocks,), (THREADS,),
-           (xc, wc, out, np.int64(n), np.float64(lo), np.float64(hi), np.int32(nb),
-            np.int32(int(linear)), np.int32(int(weights is not None))), shared_mem=(4 if acc == "f32" else 8) * nb)
+           (xc, wc, out, cupy.int64(n), cupy.float64(lo), cupy.float64(hi), cupy.int32(nb),
+            cupy.int32(int(linear)), cupy.int32(int(weights is not None))), shared_mem=(4 if acc == "f32" else 8) * nb)
     return out
-
-
-def linear_bin_counts(x: torch.Tensor, nb: int, lo: float, hi: float) -> torch.Tensor:
-    """Unweighted linear binning of the 1-D CUDA tensor ``x`` onto ``nb`` points with integer shared atomics:
-    exact counts per cell and each point's fraction rounded to 2⁻²⁰ (at most 4.8e-7 of a point per bin, with
-    mean zero; the total mass stays exact). 2.3 TB/s of float32 input in the same-shape probe on an H200,
-    against 0.6 TB/s with float64 accumulators (RESULTS.md, issue 13).
-
-    Examples
-    --------
-    >>> callable(linear_bin_counts)
-    True
-    """
-    out = torch.zeros(2, nb, dtype=torch.int64, device=x.device)
-    n = x.shape[0]
-    if n == 0:
-        return out[0].to(torch.float64)
-    xc = x.contiguous() if x.dtype in (torch.float32, torch.float64) else x.to(torch.float64).contiguous()
-    name = "linbin_q_f32" if xc.dtype == torch.float32 else "linbin_q_f64"
-    launch(_SOURCE, name, x.device, (_blocks(x.device, n),), (THREADS,),
-           (xc, out[0], out[1], np.int64(n), np.float64(lo), np.float64(hi), np.int32(nb)), shared_mem=12 * nb)
-    return totals_from_integers(out[0], out[1])
-
-
-def totals_from_integers(count: torch.Tensor, frac: torch.Tensor) -> torch.Tensor:
-    """Linear-binning totals from the kernel's integer sums per cell: ``count[k]`` points whose fractions add
-    up to ``frac[k] · 2⁻²⁰``; bin k receives ``1 − f`` from cell k and ``f`` from cell k − 1.
-
-    Examples
-    --------
-    >>> c = torch.tensor([2, 1, 0]); f = torch.tensor([1 << 19, 3 << 18, 0])  # fractions 0.5 and 0.75
-    >>> totals_from_integers(c, f).tolist()
-    [1.5, 0.75, 0.75]
-    """
-    fr = frac.to(torch.float64) * 2.0**-FRACTION_BITS
-    total = count.to(torch.float64) - fr
-    total[1:] += fr[:-1]
-    return total
-
-
-def _blocks(device: torch.device, n: int) -> int:
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    return max(min(sms * BLOCKS_PER_SM, -(-n // THREADS)), -(-n // MAX_PER_BLOCK))
 
 
 def reduce_by_key(keys: torch.Tensor, values: torch.Tensor, num_keys: int, count: bool
@@ -245,7 +146,8 @@ def reduce_by_key(keys: torch.Tensor, values: torch.Tensor, num_keys: int, count
     n = vc.shape[0]
     if n == 0:
         return out, cnt
-    blocks = _blocks(values.device, n)
+    sms = torch.cuda.get_device_properties(values.device).multi_processor_count
+    blocks = min(sms * BLOCKS_PER_SM, -(-n // THREADS))
     launch(_SOURCE, f"rbk_{kd}_{vd}", values.device, (blocks,), (THREADS,),
            (kc, vc, out, cnt, np.int64(n), np.int32(num_keys), np.int32(int(count))), shared_mem=12 * num_keys)
     return out, cnt
