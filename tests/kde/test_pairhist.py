@@ -252,3 +252,20 @@ def test_integer_moments_of_the_cuda_kernel_match_the_float64_histogram(rng, d):
     rounding = u * (np.exp(-xs * (1 - dm)) * (xs + xs**2 * dm + xs**3 * dm * dm)).sum(1)
     assert np.all(np.abs(got - want) <= bound + rounding + 1e-12 * want), (got, want, bound, rounding)
     assert np.all(rounding <= 1e-4 * want)  # the allowance is not vacuous
+
+
+def test_histogram_search_policy_on_cuda(monkeypatch):
+    """On CUDA the histogram search needs the shared-memory kernel (CuPy, ≤ 64 columns); weighted data only up to
+    CUDA_WEIGHTED_MAX_ROWS rows (float32 per-block sums); without CuPy the exact passes run."""
+    from densitas._backend import nvrtc
+
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(nvrtc, "available", lambda: True)
+    assert pairhist.histogram_pays(cuda, 16, 10_240, False)
+    assert pairhist.histogram_pays(cuda, 64, 10**6, False)
+    assert not pairhist.histogram_pays(cuda, 65, 1_000, False)
+    assert pairhist.histogram_pays(cuda, 16, pairhist.CUDA_WEIGHTED_MAX_ROWS, True)
+    assert not pairhist.histogram_pays(cuda, 16, pairhist.CUDA_WEIGHTED_MAX_ROWS + 1, True)
+    monkeypatch.setattr(nvrtc, "available", lambda: False)
+    assert not pairhist.histogram_pays(cuda, 16, 10_240, False)
+    assert pairhist.histogram_pays(torch.device("cpu"), 16, 10**6, True)

@@ -244,12 +244,16 @@ TRUST_RTOL = 1e-6  # the objective's error bound, relative to its positive term,
 HISTOGRAM_DEVICES = ("cpu", "cuda")
 
 
-def histogram_pays(device: torch.device, d: int = 1) -> bool:
-    """Whether the LSCV_h search on ``d`` columns should build the histogram on ``device``. On the CPU one
+CUDA_WEIGHTED_MAX_ROWS = 1 << 15  # weighted pairs are float32 sums per block: kept to ~10⁶ pairs per block
+
+
+def histogram_pays(device: torch.device, d: int = 1, rows: int = 0, weighted: bool = False) -> bool:
+    """Whether the LSCV_h search on ``rows`` × ``d`` data should build the histogram on ``device``. On the CPU one
     histogram pass costs less than the exact grid-and-zoom passes. On CUDA it pays with the shared-memory kernel
     (:mod:`densitas.kde._cuda`, which needs CuPy and takes up to 64 columns); the Triton histogram alone is bound
     by same-address global atomics (16.1 ms at n = 10,240, d = 16 on an H200, against 5.9 ms for the exact
-    passes: RESULTS.md).
+    passes: RESULTS.md). Weighted pairs are summed in float32 per block, so beyond ``CUDA_WEIGHTED_MAX_ROWS``
+    rows (about 10⁶ pairs per block) weighted data keep the exact passes.
 
     Examples
     --------
@@ -257,7 +261,8 @@ def histogram_pays(device: torch.device, d: int = 1) -> bool:
     True
     """
     if device.type == "cuda":
-        return "cuda" in HISTOGRAM_DEVICES and nvrtc.available() and d <= _cuda.MAX_DIM
+        return ("cuda" in HISTOGRAM_DEVICES and nvrtc.available() and d <= _cuda.MAX_DIM
+                and (not weighted or rows <= CUDA_WEIGHTED_MAX_ROWS))
     return device.type in HISTOGRAM_DEVICES
 
 

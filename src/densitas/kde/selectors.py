@@ -562,7 +562,8 @@ class _LscvScalar:
         [h0/4, 4 h0], then zoom passes uniform in 1/h² to LSCV_RTOL in h."""
         n, d = self.s.n, self.d
         h0 = (4.0 / ((d + 2.0) * n)) ** (1.0 / (d + 4.0))
-        if self.engine == "exact" and _pairhist.histogram_pays(self.z.device, d):
+        if self.engine == "exact" and _pairhist.histogram_pays(self.z.device, d, self.z.shape[0],
+                                                                 self.s.w is not None):
             const = _pairhist.LscvConstants(n, self.sw2, self.sww1, d, self.logdet_s)
             found = _pairhist.lscv_h_minimum(self.z, self.s.w, h0, const)
             if found.trusted and not found.at_edge:
