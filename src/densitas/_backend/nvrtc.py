@@ -10,14 +10,13 @@ True
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib.util
 import warnings
 
 import torch
 
-__all__ = ["available", "launch", "module"]
+__all__ = ["available", "launch", "max_shared_bytes", "module"]
 
 
 @functools.cache
@@ -58,14 +57,17 @@ def _external_stream(ptr: int):
 
 
 def _torch_stream(device: torch.device):
-    """PyTorch's current stream of ``device`` as a CuPy stream context."""
+    """PyTorch's current stream of ``device`` as a CuPy stream context (the legacy default stream explicitly, so
+    that an enclosing CuPy stream context cannot move the launch off PyTorch's order)."""
+    import cupy
+
     ptr = torch.cuda.current_stream(device).cuda_stream
-    if ptr == 0:  # the legacy default stream: CuPy's default too
-        return contextlib.nullcontext()
+    if ptr == 0:
+        return cupy.cuda.Stream.null
     return _external_stream(ptr)
 
 
-_OPTED_IN: dict[int, int] = {}  # kernel id → the dynamic shared memory it may use
+_OPTED_IN: dict[tuple[int, str, str], int] = {}  # (device, source, kernel) → the dynamic shared memory it may use
 
 
 @functools.lru_cache(maxsize=64)
@@ -73,11 +75,12 @@ def _function(source: str, name: str):
     return module(source).get_function(name)
 
 
-def _allow_shared(kernel, shared_mem: int) -> None:
-    """Opt ``kernel`` in to ``shared_mem`` bytes of dynamic shared memory (beyond 48 KiB); never lowers it."""
-    if shared_mem > max(48 * 1024, _OPTED_IN.get(id(kernel), 0)):
+def _allow_shared(kernel, key: tuple[int, str, str], shared_mem: int) -> None:
+    """Opt ``kernel`` in to ``shared_mem`` bytes of dynamic shared memory (beyond 48 KiB) on the current device
+    (CuPy loads a kernel per device); never lowers it."""
+    if shared_mem > max(48 * 1024, _OPTED_IN.get(key, 0)):
         kernel.max_dynamic_shared_size_bytes = shared_mem
-        _OPTED_IN[id(kernel)] = shared_mem
+        _OPTED_IN[key] = shared_mem
 
 
 def launch(source: str, name: str, device: torch.device, grid: tuple[int, ...], block: tuple[int, ...],
@@ -93,9 +96,22 @@ def launch(source: str, name: str, device: torch.device, grid: tuple[int, ...], 
     """
     import cupy
 
+    index = device.index if device.index is not None else torch.cuda.current_device()
     kernel = _function(source, name)
-    _allow_shared(kernel, shared_mem)
     conv = tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args)
-    with cupy.cuda.Device(device.index if device.index is not None else torch.cuda.current_device()), \
-            _torch_stream(device):
+    with cupy.cuda.Device(index), _torch_stream(device):
+        _allow_shared(kernel, (index, source, name), shared_mem)
         kernel(grid, block, conv, shared_mem=shared_mem)
+
+
+def max_shared_bytes(device: torch.device) -> int:
+    """The dynamic shared memory one block of ``device`` may opt in to (227 KiB on an H100/H200, 99 KiB on an
+    L4).
+
+    Examples
+    --------
+    >>> callable(max_shared_bytes)
+    True
+    """
+    props = torch.cuda.get_device_properties(device)
+    return int(getattr(props, "shared_memory_per_block_optin", 48 * 1024))

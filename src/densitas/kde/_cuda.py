@@ -23,9 +23,10 @@ import math
 import numpy as np
 import torch
 
-from densitas._backend.nvrtc import available, launch
+from densitas._backend.nvrtc import available, launch, max_shared_bytes
 
-__all__ = ["MAX_DIM", "available", "fits", "moments_from_integers", "pair_histogram", "quantum"]
+__all__ = ["MAX_DIM", "available", "fits", "moments_from_integers", "pair_histogram", "quantum", "rounding_unit",
+           "takes"]
 
 ROWS = 256  # threads per block, one row each
 COLS = 64  # columns per tile, staged in shared memory
@@ -34,7 +35,9 @@ DIMS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # compiled widths; data are z
 MAX_DIM = DIMS[-1]
 MAX_SHARED = 200 * 1024
 BLOCKS_PER_SM = 3
-MAX_TILES_PER_BLOCK = (1 << 24) // (ROWS * COLS)  # weighted: float32 sums of a block keep their precision
+MAX_TILES_PER_BLOCK = (1 << 24) // (ROWS * COLS)  # unweighted float path: counts exact
+WEIGHTED_TILES_PER_BLOCK = 64  # weighted: at most 2^20 pairs summed in float32 per block, whatever the SM count
+WEIGHTED_MAX_ROWS = 1 << 15  # beyond, the per-block copies would grow past ~30 MB
 QBITS = 10  # unweighted: δ in units of δ_max / 2^QBITS
 FLUSH_TILES = (1 << 30) // ((ROWS * COLS) << QBITS)  # int32 shared sums flushed to int64 well before 2^31
 
@@ -215,9 +218,9 @@ def _shared_bytes(nb: int, width: int) -> int:
     return 4 * (4 * (-(-(nb + 1) // 4) * 4) + COLS * width + COLS + 3 * SUB_BINS + 4)
 
 
-def fits(d: int, grid) -> bool:
+def fits(d: int, grid, shared_limit: int = MAX_SHARED) -> bool:
     """Whether this kernel takes ``d`` columns on ``grid`` (octave-aligned with a float32-normal floor, 128 bins per
-    octave, the histogram within shared memory).
+    octave, the histogram within ``shared_limit`` bytes of shared memory).
 
     Examples
     --------
@@ -226,7 +229,36 @@ def fits(d: int, grid) -> bool:
     (True, False)
     """
     return (d <= MAX_DIM and float(grid.u_lo).is_integer() and -126 <= grid.u_lo <= 100
-            and grid.rho == 1.0 / SUB_BINS and _shared_bytes(grid.bins, _width(d)) <= MAX_SHARED)
+            and grid.rho == 1.0 / SUB_BINS and _shared_bytes(grid.bins, _width(d)) <= shared_limit)
+
+
+def takes(z: torch.Tensor, w: torch.Tensor | None, grid) -> bool:
+    """Whether :func:`densitas.kde._triton.pair_histogram` hands ``z`` to this kernel: a CUDA tensor, CuPy present,
+    the grid within the device's shared memory, and weighted data only up to ``WEIGHTED_MAX_ROWS`` rows (their
+    moments are float32 sums per block).
+
+    Examples
+    --------
+    >>> from densitas.kde.pairhist import HistogramGrid
+    >>> takes(torch.zeros(10, 2), None, HistogramGrid(-20.0, 1 / 128, 3000))  # a CPU tensor
+    False
+    """
+    if z.device.type != "cuda" or not available() or (w is not None and z.shape[0] > WEIGHTED_MAX_ROWS):
+        return False
+    return fits(z.shape[1], grid, min(MAX_SHARED, max_shared_bytes(z.device)))
+
+
+def rounding_unit(z: torch.Tensor, w: torch.Tensor | None, grid) -> float:
+    """The unit ``δ`` is rounded to in the moments of ``z``'s histogram: :func:`quantum` where this kernel's
+    integer path builds it (unweighted), 0 elsewhere (float moments).
+
+    Examples
+    --------
+    >>> from densitas.kde.pairhist import HistogramGrid
+    >>> rounding_unit(torch.zeros(10, 2), None, HistogramGrid(-20.0, 1 / 128, 3000))
+    0.0
+    """
+    return quantum(grid) if (w is None and takes(z, w, grid)) else 0.0
 
 
 @functools.cache
@@ -280,7 +312,8 @@ def pair_histogram(z: torch.Tensor, w: torch.Tensor | None, grid, *, scatter: bo
     zc[:, :d] = zd - zd.mean(0)
     ti, tj = _schedule(n, z.device)
     tiles = int(ti.shape[0])
-    blocks = max(1, min(tiles, _sms(z.device) * BLOCKS_PER_SM), math.ceil(tiles / MAX_TILES_PER_BLOCK))
+    per_block = MAX_TILES_PER_BLOCK if w is None else WEIGHTED_TILES_PER_BLOCK
+    blocks = max(1, min(tiles, _sms(z.device) * BLOCKS_PER_SM), math.ceil(tiles / per_block))
     unit = quantum(grid)
     if w is None:
         copies = None

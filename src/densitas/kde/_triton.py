@@ -416,7 +416,7 @@ def pair_histogram(z: torch.Tensor, w: torch.Tensor | None, grid) -> torch.Tenso
     """Triton version of :func:`densitas.kde.pairhist.pair_histogram_torch` (same contract; float32 pair
     distances as in :func:`gauss_pairsum`, moments summed over the programs' copies in float64). On CUDA with
     CuPy installed the shared-memory kernel of :mod:`densitas.kde._cuda` runs instead where it takes the grid."""
-    if z.device.type == "cuda" and _cuda.available() and _cuda.fits(z.shape[1], grid):
+    if _cuda.takes(z, w, grid):
         return _cuda.pair_histogram(z, w, grid)
     n = z.shape[0]
     out = torch.zeros(grid.bins + 1, 4, dtype=torch.float64, device=z.device)
@@ -438,9 +438,9 @@ def pair_histogram(z: torch.Tensor, w: torch.Tensor | None, grid) -> torch.Tenso
 
 
 @triton.jit
-def _bin_sums(m_ptr, c_ptr, a, NB, dm, y_floor, PB: tl.constexpr, BB: tl.constexpr):
-    """``S(a)`` and its truncation bound (:meth:`densitas.kde.pairhist.PairHistogram.sums`) for the ``PB``
-    values of ``a``; blocks of bins without a pair are skipped."""
+def _bin_sums(m_ptr, c_ptr, a, NB, dm, y_floor, qu, PB: tl.constexpr, BB: tl.constexpr):
+    """``S(a)`` and its error bound (:meth:`densitas.kde.pairhist.PairHistogram.sums`, with the rounding unit
+    ``qu`` of the moments) for the ``PB`` values of ``a``; blocks of bins without a pair are skipped."""
     s = tl.zeros([PB], tl.float64)
     bound = tl.zeros([PB], tl.float64)
     b0 = 0
@@ -459,7 +459,8 @@ def _bin_sums(m_ptr, c_ptr, a, NB, dm, y_floor, PB: tl.constexpr, BB: tl.constex
             s += tl.sum(e * poly, axis=1)
             xb = x * dm  # e^{−x(1 − δ)} = e^{−x} e^{xδ} in float32 (a bound needs no more); where xδ > 80, e^{−x}
             grow = tl.exp(tl.minimum(xb, 80.0).to(tl.float32)).to(tl.float64)  # is 0 in float64 anyway
-            bound += tl.sum(e * grow * (xb * xb) * (xb * xb) * (1.0 / 24.0) * m0[None, :], axis=1)
+            per_pair = (xb * xb) * (xb * xb) * (1.0 / 24.0) + (x + x * xb + x * xb * xb) * qu
+            bound += tl.sum(e * grow * per_pair * m0[None, :], axis=1)
         b0 += BB
     u0 = tl.load(m_ptr)
     u1 = tl.load(m_ptr + 1)
@@ -472,15 +473,27 @@ def _bin_sums(m_ptr, c_ptr, a, NB, dm, y_floor, PB: tl.constexpr, BB: tl.constex
 
 
 @triton.jit
-def _lscv_stage_kernel(m_ptr, c_ptr, prev_ptr, out_ptr, NB, lo0, hi0, dm, y_floor, d, half_logdet, k2, k1, n, sw2,
-                       sww1, trust, P: tl.constexpr, PB: tl.constexpr, BB: tl.constexpr, FIRST: tl.constexpr):
+def _lscv_stage_kernel(m_ptr, c_ptr, prev_ptr, out_ptr, par_ptr, NB, P: tl.constexpr, PB: tl.constexpr,
+                       BB: tl.constexpr, FIRST: tl.constexpr):
     """One grid of the search: ``P`` values of log h, ``PB`` per program. The grid spans the neighbours of the
-    previous grid's minimum (read from ``prev_ptr``: its log h and values), or ``[lo0, hi0]`` for the first.
-    Writes log h, LSCV and the trusted flag of its values to ``out_ptr`` (3, P)."""
+    previous grid's minimum (read from ``prev_ptr``: its log h and values), or the search range for the first.
+    Writes log h, LSCV and the trusted flag of its values to ``out_ptr`` (3, P). The constants arrive as a float64
+    tensor (``par_ptr``, see :func:`lscv_grid_search`): Python floats would reach the kernel as float32."""
     pid = tl.program_id(0)
+    dm = tl.load(par_ptr + 2)
+    y_floor = tl.load(par_ptr + 3)
+    d = tl.load(par_ptr + 4)
+    half_logdet = tl.load(par_ptr + 5)
+    k2 = tl.load(par_ptr + 6)
+    k1 = tl.load(par_ptr + 7)
+    n = tl.load(par_ptr + 8)
+    sw2 = tl.load(par_ptr + 9)
+    sww1 = tl.load(par_ptr + 10)
+    trust = tl.load(par_ptr + 11)
+    qu = tl.load(par_ptr + 12)
     if FIRST:
-        lo = lo0
-        hi = hi0
+        lo = tl.load(par_ptr)
+        hi = tl.load(par_ptr + 1)
     else:
         pts = tl.arange(0, P)
         plog = tl.load(prev_ptr + pts)
@@ -493,8 +506,8 @@ def _lscv_stage_kernel(m_ptr, c_ptr, prev_ptr, out_ptr, NB, lo0, hi0, dm, y_floo
     log_h = lo + (hi - lo) * (p.to(tl.float64) / (P - 1))
     h = tl.exp(log_h)
     a = 1.0 / (4.0 * h * h)
-    s1, b1 = _bin_sums(m_ptr, c_ptr, a, NB, dm, y_floor, PB, BB)
-    s2, b2 = _bin_sums(m_ptr, c_ptr, 2.0 * a, NB, dm, y_floor, PB, BB)
+    s1, b1 = _bin_sums(m_ptr, c_ptr, a, NB, dm, y_floor, qu, PB, BB)
+    s2, b2 = _bin_sums(m_ptr, c_ptr, 2.0 * a, NB, dm, y_floor, qu, PB, BB)
     hdet_inv = tl.exp(-d * log_h - half_logdet)
     c2 = k2 * hdet_inv  # (4π)^(−d/2) |H|^(−1/2)
     c1 = k1 * hdet_inv  # (2π)^(−d/2) |H|^(−1/2)
@@ -536,13 +549,13 @@ def lscv_grid_search(hist, lo: float, hi: float, const, points: int, stages: int
         raise ValueError(f"The 'points' parameter of lscv_grid_search must be a power of two. Got {points} instead.")
     grids = torch.empty(stages, 3, P, dtype=torch.float64, device=m.device)
     PB = min(SEARCH_PER_PROGRAM, P)
+    params = torch.tensor([math.log(lo), math.log(hi), hist.grid.delta_max, hist.grid.y_floor, float(const.d),
+                           0.5 * const.logdet_s, (4.0 * math.pi) ** (-0.5 * const.d),
+                           (2.0 * math.pi) ** (-0.5 * const.d), const.n, const.sw2, const.sww1, _trust_rtol(),
+                           hist.quantum], dtype=torch.float64).to(m.device, non_blocking=True)
     for stage in range(stages):
-        _lscv_stage_kernel[(P // PB,)](m, centres, grids[max(stage - 1, 0)], grids[stage], hist.grid.bins,
-                                       math.log(lo), math.log(hi), hist.grid.delta_max, hist.grid.y_floor,
-                                       float(const.d), 0.5 * const.logdet_s, (4.0 * math.pi) ** (-0.5 * const.d),
-                                       (2.0 * math.pi) ** (-0.5 * const.d), const.n, const.sw2, const.sww1,
-                                       _trust_rtol(), P=P, PB=PB, BB=SEARCH_BIN_BLOCK, FIRST=stage == 0,
-                                       num_warps=4)
+        _lscv_stage_kernel[(P // PB,)](m, centres, grids[max(stage - 1, 0)], grids[stage], params, hist.grid.bins,
+                                       P=P, PB=PB, BB=SEARCH_BIN_BLOCK, FIRST=stage == 0, num_warps=4)
     out = torch.empty(4, dtype=torch.float64, device=m.device)
     _lscv_pick_kernel[(1,)](grids[0], grids[stages - 1], out, P=P, num_warps=4)
     return out

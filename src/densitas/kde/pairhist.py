@@ -93,12 +93,15 @@ class PairHistogram:
 
     grid: HistogramGrid
     moments: torch.Tensor  # (bins + 1, MOMENTS) float64
+    quantum: float = 0.0  # the unit δ was rounded to in the moments (the CUDA kernel's integer path), else 0
 
     def __post_init__(self) -> None:
         self._centres = self.grid.centres(self.moments.device)[None, :]  # every later sums() call reuses them
 
     def sums(self, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``S(a)`` and its truncation-error bound for each entry of ``a`` (float64 tensors, shape of ``a``)."""
+        """``S(a)`` and a bound on its error for each entry of ``a`` (float64 tensors, shape of ``a``): the Taylor
+        truncation, plus — when δ was rounded to a unit ``u`` (:attr:`quantum`) — ``Σ_b m₀ e^{−x(1−δ)}
+        (x + x²δ + x³δ²) u`` for the rounding of δ, δ² and δ³ (δ = δ_max, x = aY_b)."""
         a = a.to(self.moments)
         shape = a.shape
         a = a.reshape(-1, 1)
@@ -112,7 +115,11 @@ class PairHistogram:
         s = logb.sum(1) + under
         dm = self.grid.delta_max
         xb = x * dm
-        bound = (torch.exp(-x * (1.0 - dm)) * xb**4 / 24.0 * m[None, 1:, 0]).sum(1)
+        grow = torch.exp(-x * (1.0 - dm))
+        per_pair = xb**4 / 24.0
+        if self.quantum:
+            per_pair = per_pair + (x + x * x * dm + x * x * x * dm * dm) * self.quantum
+        bound = (grow * per_pair * m[None, 1:, 0]).sum(1)
         bound = bound + m[0, 0] * (a0 * self.grid.y_floor) ** 4 / 24.0
         return s.reshape(shape), bound.reshape(shape)
 
@@ -136,8 +143,9 @@ def pair_histogram(z: torch.Tensor, w: torch.Tensor | None, *, y_floor: float, y
 
 def histogram_on(z: torch.Tensor, w: torch.Tensor | None, grid: HistogramGrid) -> PairHistogram:
     """:func:`pair_histogram` on a given bin layout (the one pass, through the dispatch layer)."""
-    _, fn = select("kde_pair_histogram", z.device)
-    return PairHistogram(grid, fn(z, w, grid))
+    name, fn = select("kde_pair_histogram", z.device)
+    unit = _cuda.rounding_unit(z, w, grid) if name == "triton" else 0.0
+    return PairHistogram(grid, fn(z, w, grid), unit)
 
 
 @dataclass(frozen=True)
@@ -244,16 +252,13 @@ TRUST_RTOL = 1e-6  # the objective's error bound, relative to its positive term,
 HISTOGRAM_DEVICES = ("cpu", "cuda")
 
 
-CUDA_WEIGHTED_MAX_ROWS = 1 << 15  # weighted pairs are float32 sums per block: kept to ~10⁶ pairs per block
-
-
 def histogram_pays(device: torch.device, d: int = 1, rows: int = 0, weighted: bool = False) -> bool:
     """Whether the LSCV_h search on ``rows`` × ``d`` data should build the histogram on ``device``. On the CPU one
     histogram pass costs less than the exact grid-and-zoom passes. On CUDA it pays with the shared-memory kernel
     (:mod:`densitas.kde._cuda`, which needs CuPy and takes up to 64 columns); the Triton histogram alone is bound
     by same-address global atomics (16.1 ms at n = 10,240, d = 16 on an H200, against 5.9 ms for the exact
-    passes: RESULTS.md). Weighted pairs are summed in float32 per block, so beyond ``CUDA_WEIGHTED_MAX_ROWS``
-    rows (about 10⁶ pairs per block) weighted data keep the exact passes.
+    passes: RESULTS.md). Weighted pairs are float32 sums per block in that kernel, so weighted data over
+    ``_cuda.WEIGHTED_MAX_ROWS`` rows keep the exact passes.
 
     Examples
     --------
@@ -262,7 +267,7 @@ def histogram_pays(device: torch.device, d: int = 1, rows: int = 0, weighted: bo
     """
     if device.type == "cuda":
         return ("cuda" in HISTOGRAM_DEVICES and nvrtc.available() and d <= _cuda.MAX_DIM
-                and (not weighted or rows <= CUDA_WEIGHTED_MAX_ROWS))
+                and (not weighted or rows <= _cuda.WEIGHTED_MAX_ROWS))
     return device.type in HISTOGRAM_DEVICES
 
 
