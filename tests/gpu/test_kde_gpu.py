@@ -75,11 +75,16 @@ def test_pair_histogram_gpu_matches_torch(rng, weighted):
 
 @pytest.mark.parametrize("d", [1, 5, 16, 40])
 @pytest.mark.parametrize("weighted", [False, True])
-def test_shared_memory_pair_histogram_matches_torch(rng, d, weighted):
+@pytest.mark.parametrize("flush_every_tile", [False, True])
+def test_shared_memory_pair_histogram_matches_torch(rng, monkeypatch, d, weighted, flush_every_tile):
     """The CuPy kernel (octave-aligned grid of the LSCV_h search) against the float64 PyTorch reference: the same
-    pairs in the same bins (counts), and sums within float32 rounding of the pair distances."""
+    pairs in the same bins (counts), and sums within float32 rounding of the pair distances. Flushing the integer
+    sums after every tile exercises the flush path (at this size a block holds fewer than FLUSH_TILES tiles)."""
     pytest.importorskip("cupy")
     from densitas.kde import _cuda, pairhist
+
+    if flush_every_tile:
+        monkeypatch.setattr(_cuda, "FLUSH_TILES", 1)
 
     n = 3001
     x = torch.from_numpy(rng.normal(size=(n, d)) * rng.uniform(0.5, 2.0, d)).cuda()
@@ -102,14 +107,57 @@ def test_shared_memory_pair_histogram_matches_torch(rng, d, weighted):
     assert torch.allclose(s_got.cpu(), s_want.cpu(), rtol=2e-5, atol=1e-300)
 
 
-def test_lscv_h_gpu_search_stays_on_the_device_and_matches_cpu(rng):
-    """bandwidth(…, "lscv_h") on CUDA: the shared-memory histogram and the Triton search give the CPU's h."""
+def test_lscv_h_gpu_search_stays_on_the_device_and_matches_cpu(rng, monkeypatch):
+    """bandwidth(…, "lscv_h") on CUDA: the shared-memory histogram and the Triton search run (and are trusted, so
+    no exact pass follows) and give the CPU's h."""
     pytest.importorskip("cupy")
+    from densitas.kde import _cuda, _triton
+    from densitas.kde import selectors as sel
+
+    calls = []
+    for mod, name in ((_cuda, "pair_histogram"), (_triton, "lscv_grid_search")):
+        real = getattr(mod, name)
+        monkeypatch.setattr(mod, name, lambda *a, _r=real, _n=name, **k: calls.append(_n) or _r(*a, **k))
+    exact = sel.gauss_sums
+    monkeypatch.setattr(sel, "gauss_sums", lambda *a, **k: calls.append("exact") or exact(*a, **k))
     x = rng.normal(size=(4000, 6)) @ rng.normal(size=(6, 6))
     Hg = bandwidth(torch.from_numpy(x).cuda(), "lscv_h")
+    assert calls == ["pair_histogram", "lscv_grid_search"]
     with use_backend("torch"):
         Hc = bandwidth(torch.from_numpy(x), "lscv_h", device="cpu")
     np.testing.assert_allclose(Hg, Hc, rtol=2e-4)
+
+
+@pytest.mark.parametrize("quantum", [0.0, 1e-3])
+def test_triton_search_on_the_gpu_matches_torch(rng, quantum):
+    """The compiled Triton search (float64 constants, not float32) against the PyTorch search on the same
+    histogram: the LSCV it reports is the PyTorch LSCV at its h to 1e-9, as low as the PyTorch minimum, and the
+    flags agree (a rounding unit of 1e-3 makes nothing trusted)."""
+    from densitas.kde import _triton, pairhist
+
+    d, n = 8, 3000
+    x = torch.from_numpy(rng.normal(size=(n, d)) * 1e-3).cuda()  # small units: log|S| far from 0
+    xc = x - x.mean(0)
+    h0 = (4.0 / ((d + 2.0) * n)) ** (1.0 / (d + 4.0))
+    lo, hi, grid = pairhist.search_bounds(h0, 4.0 * float((xc * xc).sum(1).max()) * 1.001)
+    z = xc / xc.std(0)
+    with use_backend("torch"):
+        hist = pairhist.histogram_on(z, None, grid)
+    hist = pairhist.PairHistogram(grid, hist.moments, quantum)
+    logdet = float(torch.logdet(torch.cov(x.T)))
+    const = pairhist.LscvConstants(float(n), float(n), 0.0, d, logdet)
+    got = _triton.lscv_grid_search(hist, lo, hi, const, 256, 3).cpu()
+    want = pairhist.lscv_grid_search_torch(hist, lo, hi, const, 256, 3).cpu()
+    h = float(got[0])
+    a = torch.tensor([1.0 / (4.0 * h * h)], dtype=torch.float64, device="cuda")
+    s1, s2 = float(hist.sums(a)[0][0]), float(hist.sums(2.0 * a)[0][0])
+    hdet_inv = float(np.exp(-d * np.log(h) - 0.5 * logdet))
+    at_h = pairhist.lscv_value(s1, s2, hdet_inv, float(n), float(n), 0.0, d)
+    positive = pairhist.lscv_value(s1, 0.0, hdet_inv, float(n), float(n), 0.0, d)
+    assert float(got[1]) == pytest.approx(at_h, rel=1e-9, abs=1e-12 * positive)
+    assert float(got[1]) <= float(want[1]) + 1e-9 * positive
+    assert got[2:].tolist() == want[2:].tolist()
+    assert bool(got[3]) == (quantum == 0.0)
 
 
 @pytest.mark.parametrize("weighted", [False, True])
