@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import torch
@@ -10,7 +11,7 @@ from densitas.exceptions import DeviceError, InputError
 
 log = logging.getLogger("densitas")
 
-__all__ = ["DeviceLike", "cuda_available", "resolve_device"]
+__all__ = ["DeviceLike", "cuda_available", "resolve_device", "sm_count"]
 
 DeviceLike = str | torch.device | None
 
@@ -58,3 +59,15 @@ def resolve_device(device: DeviceLike = "auto", *tensors: torch.Tensor) -> torch
             )
         return torch.device("cuda", index)
     raise InputError(f"The 'device' parameter must be 'auto', 'cpu', 'cuda' or 'cuda:N'. Got {device!r} instead.")
+
+
+@functools.cache
+def sm_count(device: torch.device) -> int:
+    """The number of streaming multiprocessors of the CUDA ``device`` (cached: kernels size their grids with it).
+
+    Examples
+    --------
+    >>> callable(sm_count)
+    True
+    """
+    return torch.cuda.get_device_properties(device).multi_processor_count

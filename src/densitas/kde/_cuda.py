@@ -23,10 +23,10 @@ import math
 import numpy as np
 import torch
 
+from densitas._backend.device import sm_count
 from densitas._backend.nvrtc import available, launch, max_shared_bytes
 
-__all__ = ["MAX_DIM", "available", "fits", "moments_from_integers", "pair_histogram", "quantum", "rounding_unit",
-           "takes"]
+__all__ = ["MAX_DIM", "available", "fits", "moments_from_integers", "pair_histogram", "quantum", "takes"]
 
 ROWS = 256  # threads per block, one row each
 COLS = 64  # columns per tile, staged in shared memory
@@ -248,19 +248,6 @@ def takes(z: torch.Tensor, w: torch.Tensor | None, grid) -> bool:
     return fits(z.shape[1], grid, min(MAX_SHARED, max_shared_bytes(z.device)))
 
 
-def rounding_unit(z: torch.Tensor, w: torch.Tensor | None, grid) -> float:
-    """The unit ``δ`` is rounded to in the moments of ``z``'s histogram: :func:`quantum` where this kernel's
-    integer path builds it (unweighted), 0 elsewhere (float moments).
-
-    Examples
-    --------
-    >>> from densitas.kde.pairhist import HistogramGrid
-    >>> rounding_unit(torch.zeros(10, 2), None, HistogramGrid(-20.0, 1 / 128, 3000))
-    0.0
-    """
-    return quantum(grid) if (w is None and takes(z, w, grid)) else 0.0
-
-
 @functools.cache
 def _centres(device: torch.device) -> torch.Tensor:
     """The sub-bin centres ``c = 2^((k + ½)/128)`` as float32 ``(hi, lo)`` pairs and ``1/hi``, one row each."""
@@ -313,7 +300,7 @@ def pair_histogram(z: torch.Tensor, w: torch.Tensor | None, grid, *, scatter: bo
     ti, tj = _schedule(n, z.device)
     tiles = int(ti.shape[0])
     per_block = MAX_TILES_PER_BLOCK if w is None else WEIGHTED_TILES_PER_BLOCK
-    blocks = max(1, min(tiles, _sms(z.device) * BLOCKS_PER_SM), math.ceil(tiles / per_block))
+    blocks = max(1, min(tiles, sm_count(z.device) * BLOCKS_PER_SM), math.ceil(tiles / per_block))
     unit = quantum(grid)
     if w is None:
         copies = None
@@ -367,8 +354,3 @@ def moments_from_integers(qsum: torch.Tensor, raw0: torch.Tensor, grid) -> torch
     out = qsum.to(torch.float64) * scale
     out[0] = raw0
     return out
-
-
-@functools.cache
-def _sms(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count

@@ -143,7 +143,7 @@ def pair_histogram(z: torch.Tensor, w: torch.Tensor | None, *, y_floor: float, y
 
 def histogram_on(z: torch.Tensor, w: torch.Tensor | None, grid: HistogramGrid) -> PairHistogram:
     """:func:`pair_histogram` on a given bin layout (the one pass, through the dispatch layer)."""
-    # The CUDA kernel's integer moments round δ to u = δ_max/1024 (``_cuda.rounding_unit``). Its worst case,
+    # The CUDA kernel's integer moments round δ to u = δ_max/1024 (``_cuda.quantum``). Its worst case,
     # ~u·aY per pair, would put the bound near 1e-5 of the objective and turn every search into exact passes,
     # so it is left out: the rounding has mean zero, and only data on a lattice (equal δ repeated) come near
     # TRUST_RTOL (1.1–1.4e-6 of LSCV's positive term in a review's experiment). Callers who want it counted set

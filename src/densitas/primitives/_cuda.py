@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from densitas._backend.device import sm_count
 from densitas._backend.nvrtc import available, launch
 
 __all__ = ["MAX_BINS", "MAX_KEYS", "available", "histogram1d", "reduce_by_key"]
@@ -115,8 +116,7 @@ def histogram1d(x: torch.Tensor, nb: int, lo: float, hi: float, weights: torch.T
     n = xc.shape[0]
     if n == 0:
         return out
-    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-    blocks = max(min(sms * BLOCKS_PER_SM, -(-n // THREADS)), -(-n // MAX_PER_BLOCK))
+    blocks = _blocks(x.device, n)
     acc = shared or ("f32" if (weights is None and not linear) else "f64")
     name = f"hist_{'f32' if dt == torch.float32 else 'f64'}_{acc}"
     launch(_SOURCE, name, x.device, (blocks,), (THREADS,),
@@ -146,8 +146,12 @@ def reduce_by_key(keys: torch.Tensor, values: torch.Tensor, num_keys: int, count
     n = vc.shape[0]
     if n == 0:
         return out, cnt
-    sms = torch.cuda.get_device_properties(values.device).multi_processor_count
-    blocks = min(sms * BLOCKS_PER_SM, -(-n // THREADS))
+    blocks = _blocks(values.device, n)
     launch(_SOURCE, f"rbk_{kd}_{vd}", values.device, (blocks,), (THREADS,),
            (kc, vc, out, cnt, np.int64(n), np.int32(num_keys), np.int32(int(count))), shared_mem=12 * num_keys)
     return out, cnt
+
+
+def _blocks(device: torch.device, n: int) -> int:
+    """Grid size for ``n`` elements: a few blocks per SM, more when a block would exceed ``MAX_PER_BLOCK``."""
+    return max(min(sm_count(device) * BLOCKS_PER_SM, -(-n // THREADS)), -(-n // MAX_PER_BLOCK))
