@@ -58,9 +58,12 @@ def test_fit_dataframe_float32_tolerance_and_n_init(rng, client):
     one = FuzzyKMeans(**kw).fit(frame)
     many = FuzzyKMeans(**kw).fit(dd.from_pandas(frame, npartitions=3))
     assert list(many.feature_names_in_) == ["u", "v", "w"]
-    if one.n_iter_ == many.n_iter_:
+    same_run = one.n_iter_ == many.n_iter_ and np.allclose(many.cluster_centers_, one.cluster_centers_, rtol=1e-3,
+                                                             atol=1e-4)
+    if same_run:
         assert_same_fit(one, many, objective_rtol=1e-6)
-    else:  # both inits reached the same minimum, and float32 rounding of the per-block sums picked the other run
+    else:  # both inits reached the same minimum (possibly in as many iterations, with the clusters in another
+        # order), and float32 rounding of the per-block sums picked the other run
         np.testing.assert_allclose(many.inertia_, one.inertia_, rtol=1e-5)
         order = lambda C: C[np.lexsort(C.T[::-1])]  # the same centroids, in either run's order
         np.testing.assert_allclose(order(many.cluster_centers_), order(one.cluster_centers_), rtol=1e-3, atol=1e-4)
