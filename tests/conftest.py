@@ -18,12 +18,13 @@ import pytest
 import torch
 
 from densitas._backend.dispatch import use_backend
+from tests.seeds import fresh_seed
 
 
 @pytest.fixture(autouse=True)
 def _seed(request):
     """Fresh seeds every run (printed on failure via the test id) but reproducible within a run."""
-    seed = int.from_bytes(os.urandom(4), "little") if os.environ.get("DENSITAS_FIXED_SEED") is None else 0
+    seed = fresh_seed()
     torch.manual_seed(seed)
     request.node.user_properties.append(("seed", seed))
     yield
@@ -31,7 +32,7 @@ def _seed(request):
 
 @pytest.fixture
 def rng(request):
-    seed = int.from_bytes(os.urandom(4), "little")
+    seed = fresh_seed()
     request.node.user_properties.append(("rng_seed", seed))
     return np.random.default_rng(seed)
 

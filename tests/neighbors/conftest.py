@@ -3,16 +3,16 @@ float64 reference implementation, and the tie-aware comparison of neighbour list
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
+
+from tests.seeds import fresh_seed
 
 
 @pytest.fixture
 def seeded():
     """A fresh NumPy generator; its seed is printed (pytest shows it with a failure's captured output)."""
-    seed = int.from_bytes(os.urandom(4), "little") if os.environ.get("DENSITAS_FIXED_SEED") is None else 0
+    seed = fresh_seed()
     print(f"seed={seed}")
     return np.random.default_rng(seed)
 
