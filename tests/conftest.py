@@ -23,18 +23,20 @@ from tests.seeds import fresh_seed
 
 @pytest.fixture(autouse=True)
 def _seed(request):
-    """Fresh seeds every run (printed on failure via the test id) but reproducible within a run."""
+    """One fresh seed per test (``tests.seeds``), printed so a failure shows it: it seeds torch and the ``rng`` and
+    ``seeded`` generators, so ``DENSITAS_SEED=<seed>`` replays the whole test."""
     seed = fresh_seed()
     torch.manual_seed(seed)
     request.node.user_properties.append(("seed", seed))
+    request.node.densitas_seed = seed
+    print(f"seed={seed}")
     yield
 
 
 @pytest.fixture
 def rng(request):
-    seed = fresh_seed()
-    request.node.user_properties.append(("rng_seed", seed))
-    return np.random.default_rng(seed)
+    """A NumPy generator from the test's seed."""
+    return np.random.default_rng(request.node.densitas_seed)
 
 
 @pytest.fixture(params=["torch", "triton"])

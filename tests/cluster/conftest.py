@@ -6,15 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.seeds import fresh_seed
-
 
 @pytest.fixture
-def seeded():
-    """A fresh NumPy generator; its seed is printed (shown on failure)."""
-    seed = fresh_seed()
-    print(f"seed={seed}")
-    return np.random.default_rng(seed)
+def seeded(request):
+    """A NumPy generator from the test's seed (printed by the root conftest; ``DENSITAS_SEED`` replays it)."""
+    return np.random.default_rng(request.node.densitas_seed)
 
 
 # Document 004's worked example: N = 8, d = 3, k = 4, M = 2 (1-based clusters in the paper, 0-based here).

@@ -6,15 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.seeds import fresh_seed
-
 
 @pytest.fixture
-def seeded():
-    """A fresh NumPy generator; its seed is printed (pytest shows it with a failure's captured output)."""
-    seed = fresh_seed()
-    print(f"seed={seed}")
-    return np.random.default_rng(seed)
+def seeded(request):
+    """A NumPy generator from the test's seed (printed by the root conftest; ``DENSITAS_SEED`` replays it)."""
+    return np.random.default_rng(request.node.densitas_seed)
 
 
 def direct_distances(X, Y, metric, *, nominal=(), skip=False):
