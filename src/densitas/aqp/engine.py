@@ -18,6 +18,7 @@ from densitas.aqp import build as build_mod
 from densitas.aqp import synopsis as syn_mod
 from densitas.aqp.connector import Connector, connect, table_ref
 from densitas.aqp.sql import Query, exact_select, parse, read_only_select
+from densitas.aqp.threads import query_blas_threads
 from densitas.exceptions import (
     InputError,
     NoSynopsisError,
@@ -336,7 +337,8 @@ class Engine:
             q = parse(sql)
             syn = self._load(q.table)
             self._check_group_by(q, syn)
-            out, results = syn.estimate(q, method=method)
+            with query_blas_threads():  # small products: a second thread only waits on a loaded machine
+                out, results = syn.estimate(q, method=method)
         except (UnsupportedQueryError, StaleSynopsisError, NoSynopsisError) as exc:
             if fallback == "error":
                 raise
