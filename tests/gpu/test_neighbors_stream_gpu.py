@@ -86,3 +86,36 @@ def test_streamed_reader_chunks_cuda(tmp_path):
     assert torch.allclose(D, rd.sqrt(), rtol=1e-12, atol=1e-9)
     _d2, i2 = kneighbors(str(path), Y.numpy(), 5, device="cuda", memory_budget="4MB")  # a file, streamed
     assert (i2 == ri.cpu().numpy()).all()
+
+
+@pytest.mark.parametrize(("n", "d", "k"), [(300_000, 64, 10), (200_000, 128, 100), (150_000, 7, 3)])
+@pytest.mark.parametrize("precision", ["tf32", "fp16"])
+def test_fused_two_piece_cuda_is_exact(precision, n, d, k):
+    """The in-memory fused driver in two pieces (the first seeds the rest), with TF32 or float16 operands, on
+    the real kernel: the float64 answer, ties by the lower index."""
+    from densitas.neighbors import _triton as fused
+
+    X, Y = _data(n, d, n + k)
+    X[-7:] *= 1e-4  # tiny rows beside normal ones: float16's scale puts them near its subnormal range
+    Xc, Yc = X.cuda(), Y.cuda()
+    stats: dict[str, int] = {}
+    D, I_ = fused.fused_kneighbors(Yc, Xc, k, metric="sqeuclidean", precision=precision, stats=stats)
+    assert stats["first_piece"] == n // fused.FIRST_PIECE
+    rd, ri = _brute(Yc, Xc, k)
+    assert torch.equal(I_, ri)
+    assert torch.allclose(D, rd, rtol=1e-12, atol=1e-9)
+
+
+@pytest.mark.parametrize("k", [10, 100])
+def test_streamed_half_operands_cuda_is_exact(monkeypatch, k):
+    from densitas.neighbors import stream
+
+    monkeypatch.setattr(stream, "STREAM_PRECISION", "fp16")
+    X, Y = _data(120_000, 64, 5 + k)
+    stats = StreamStats()
+    D, I_ = stream_kneighbors(Y.cuda(), X.pin_memory(), k, metric="sqeuclidean", device="cuda",
+                              memory_budget="16MB", stats=stats)
+    assert stats.chunks > 2 and stats.backend == "triton"
+    rd, ri = _brute(Y.cuda(), X.cuda(), k)
+    assert torch.equal(I_, ri)
+    assert torch.allclose(D, rd, rtol=1e-12, atol=1e-9)

@@ -244,3 +244,77 @@ def test_fused_kneighbors_certifies_near_ties_with_float32_products():
     assert (I_.numpy() == ri).all()
     assert stats["queries"] == 5 and stats["uncertified"] == 5, stats
     assert stats["uncertified_ieee"] == 0, stats
+
+
+# ------------------------------------------------------------------ float16 operands and the two-piece driver
+
+
+@pytest.mark.parametrize(("m", "n", "d", "kp", "splits"), [(5, 70, 3, 16, 2), (33, 40, 17, 32, 1)])
+def test_half_candidates_are_exact_on_small_integers(m, n, d, kp, splits):
+    """Small integers survive the float16 copies exactly (the scale is a power of two): same candidates and
+    order (ties by the lower index) as the float64 reference."""
+    g = torch.Generator().manual_seed(SEED)
+    X = torch.randint(-3, 4, (n, d), generator=g).float()
+    Y = torch.randint(-3, 4, (m, d), generator=g).float()
+    dist, idx = fused.candidates(Y, X, kp, precision="fp16", splits=splits)
+    k = min(kp, n)
+    rd, ri = _reference(Y, X, k)
+    assert torch.equal(idx[:, :k], ri), f"seed {SEED}"
+    assert torch.allclose(dist[:, :k].double(), rd, atol=1e-4), f"seed {SEED}"
+
+
+def test_half_values_stay_within_the_rounding_bound_also_below_the_normal_range():
+    """Every float16 kernel value is within ``rounding_bound("fp16", ...)`` of the float64 value, on data built
+    so that the absolute rounding of values scaled below float16's normal range matters: one query 10⁸ away sets
+    the scale, the others and every reference are ~10⁻³ (subnormal once scaled). Without the bound's
+    absolute term these pairs exceed it (checked below), so the test fails if that term is dropped."""
+    from densitas.neighbors.distances import rounding_bound
+
+    g = torch.Generator().manual_seed(SEED)
+    d, n = 4, 200
+    X = (1e-3 * torch.randn(n, d, generator=g, dtype=torch.float64)).float()
+    Y = torch.cat([(1e-3 * torch.randn(7, d, generator=g, dtype=torch.float64)).float(),
+                   torch.tensor([[1e8, 0.0, 0.0, 0.0]])])
+    dist, idx = fused.candidates(Y, X, 256, precision="fp16")
+    valid = idx < n
+    exact = ((Y.double()[:, None, :] - X.double()[idx.clamp(max=n - 1)]) ** 2).sum(-1)
+    err = torch.where(valid, (dist.double() - exact).abs(), 0.0)
+    qn = Y.double().norm(dim=1)
+    cmax = X.double().norm(dim=1).max() * (1 + 1e-6)
+    eps = rounding_bound("fp16", qn, cmax, d)
+    assert bool((err <= eps[:, None]).all()), float((err - eps[:, None]).max())
+    plain = rounding_bound("tf32", qn, cmax, d)  # the relative terms alone
+    assert bool((err[:7] > plain[:7, None]).any()), "the data no longer exercise the absolute term"
+
+
+@pytest.mark.parametrize("precision", ["tf32", "fp16"])
+@pytest.mark.parametrize("first", [16, 40, 149])
+def test_two_piece_search_equals_float64_brute_force(precision, first):
+    """The first piece seeds the rest; ties across the cut go to the lower index; the answer is the float64 one
+    whatever the cut (the 41 copies of a row straddle it for first = 40)."""
+    g = torch.Generator().manual_seed(SEED)
+    X = torch.randint(0, 3, (150, 4), generator=g).float()
+    X[20:61] = X[2]  # 41 copies of row 2: more ties than kp = 16 candidates
+    X[-5:] += 40.0
+    Y = torch.cat([X[[2, 0, 149]], torch.randint(0, 3, (5, 4), generator=g).float(), torch.randn(4, 4, generator=g)])
+    stats: dict[str, int] = {}
+    for k in (1, 5):
+        D, I_ = fused.fused_kneighbors(Y, X, k, metric="sqeuclidean", precision=precision, first_piece=first,
+                                       stats=stats)
+        rd, ri = _reference(Y, X, k)
+        assert stats["first_piece"] == first
+        assert torch.equal(I_, ri), f"k={k}, seed {SEED}"
+        np.testing.assert_allclose(D.numpy(), rd.numpy(), rtol=1e-12, atol=0)
+
+
+def test_two_piece_is_the_default_past_its_threshold(monkeypatch):
+    monkeypatch.setattr(fused, "TWO_PIECE_MIN_ROWS", 64)
+    g = torch.Generator().manual_seed(SEED)
+    X, Y = torch.randn(300, 3, generator=g), torch.randn(4, 3, generator=g)
+    stats: dict[str, int] = {}
+    _d, I_ = fused.fused_kneighbors(Y, X, 3, stats=stats)
+    assert stats["first_piece"] == 300 // fused.FIRST_PIECE
+    _rd, ri = _reference(Y, X, 3)
+    assert torch.equal(I_, ri)
+    fused.fused_kneighbors(Y, X, 3, metric="cosine", stats=stats)
+    assert stats["first_piece"] == 0  # cosine: one piece

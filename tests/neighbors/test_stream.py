@@ -156,3 +156,19 @@ def test_host_source_declines_what_it_cannot_stream():
     assert host_source(np.zeros((5, 2), np.float32), np.zeros((1, 3)), "raise", cpu) is None  # widths differ
     assert host_source([[1.0, 2.0]], [[1.0, 2.0]], "raise", cpu) is None  # a list: the general path
     assert host_source(np.zeros((5, 2), np.float32), [["a", "b"]], "raise", cpu) is None  # text queries
+
+
+def test_streamed_search_with_half_operands_equals_float64_brute_force(seeded, monkeypatch):
+    """The chunk kernel with float16 operands (``STREAM_PRECISION = "fp16"``) and its rounding bound."""
+    from densitas.neighbors import stream
+
+    monkeypatch.setattr(stream, "STREAM_PRECISION", "fp16")
+    X, Y = _data(seeded, 150, 6, 4)
+    Y = np.concatenate([Y, seeded.normal(size=(3, 4)).astype(np.float32)])
+    rd, ri = _brute(Y, X, 5)
+    stats = StreamStats()
+    with use_backend("triton"):
+        D, I_ = stream_kneighbors(Y, X, 5, metric="sqeuclidean", memory_budget="64kB", chunk_rows=64, stats=stats)
+    assert stats.backend == "triton" and stats.chunks >= 2
+    np.testing.assert_array_equal(I_.numpy(), ri)
+    np.testing.assert_allclose(D.numpy(), rd, rtol=1e-12, atol=0)

@@ -27,6 +27,7 @@ import triton
 import triton.language as tl
 
 from densitas.exceptions import InputError
+from densitas.neighbors.distances import rounding_bound, seed_above
 
 __all__ = ["MAX_D", "MAX_KP", "MAX_ROWS", "candidates", "fused_applies", "fused_kneighbors", "masked_kneighbors",
            "mixed_kneighbors", "tile_topk"]
@@ -39,14 +40,16 @@ _INF_BITS = 0x7F800000  # float32 +inf
 
 
 @triton.jit
-def _tile(q, R, qn, RN, best, thresh, seed, rnmax, cols, n, d, stride_r,
-          BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, KP: tl.constexpr, PRECISION: tl.constexpr):
+def _tile(q, R, qn, RN, best, thresh, seed, rnmax, ds, cols, n, d, stride_r,
+          BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, KP: tl.constexpr, PRECISION: tl.constexpr,
+          SCALED: tl.constexpr):
     """Fold the tile of references ``cols`` into the running top-KP ``best`` (unsorted keys) and its worst
     distance ``thresh`` (never above the row's ``seed``): the tile's distances below ``thresh`` enter one at a
     time (each row's smallest replaces its worst). A tile is first screened on ``‖c‖² − 2q·c`` alone (one
     fused multiply-add and one row minimum per distance): the row minimum plus ``‖q‖²`` against ``thresh``
     widened by ``2⁻¹⁸·(thresh + ‖q‖² + max‖c‖²)``, which covers the float32 rounding of both forms: a distance below
-    ``thresh`` always passes the screen, so a tile with no improving distance costs that much and no more."""
+    ``thresh`` always passes the screen, so a tile with no improving distance costs that much and no more.
+    ``SCALED``: the operands are float16 copies scaled by ``s`` (a power of two) and ``ds = s⁻²`` undoes it."""
     cmask = cols < n
     dk = tl.arange(0, BD)
     dmask = dk < d
@@ -54,6 +57,8 @@ def _tile(q, R, qn, RN, best, thresh, seed, rnmax, cols, n, d, stride_r,
     r = tl.load(R + cols[:, None].to(tl.int64) * stride_r + dk[None, :], mask=cmask[:, None] & dmask[None, :],
                 other=0.0)
     acc = tl.dot(q, tl.trans(r), input_precision=PRECISION)
+    if SCALED:  # exact: a power of two
+        acc = acc * ds
     rn = tl.load(RN + cols, mask=cmask, other=float("inf"))  # +inf: references past the end never enter
     smin = tl.min(rn[None, :] - 2.0 * acc, axis=1)
     screen = thresh + 0.000003814697265625 * (thresh + qn + rnmax)  # 2⁻¹⁸ of margin
@@ -80,10 +85,10 @@ def _tile(q, R, qn, RN, best, thresh, seed, rnmax, cols, n, d, stride_r,
 
 
 @triton.jit
-def _knn_kernel(Q, R, QN, RN, RNMAX, SEED, OUT, m, n, d, n_per_split,
+def _knn_kernel(Q, R, QN, RN, RNMAX, DS, SEED, OUT, m, n, d, n_per_split,
                 stride_q, stride_r,
                 BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, KP: tl.constexpr,
-                PRECISION: tl.constexpr, INTERPRETED: tl.constexpr, HAS_SEED: tl.constexpr):
+                PRECISION: tl.constexpr, INTERPRETED: tl.constexpr, HAS_SEED: tl.constexpr, SCALED: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_s = tl.program_id(1)
     n_splits = tl.num_programs(1)
@@ -100,19 +105,20 @@ def _knn_kernel(Q, R, QN, RN, RNMAX, SEED, OUT, m, n, d, n_per_split,
         seed = tl.full([BM], float("inf"), tl.float32)
     thresh = seed
     rnmax = tl.load(RNMAX)
+    ds = tl.load(DS)
     dk = tl.arange(0, BD)  # the block's queries are loaded once, not once per tile
     q = tl.load(Q + rows[:, None].to(tl.int64) * stride_q + dk[None, :], mask=rmask[:, None] & (dk < d)[None, :],
                 other=0.0)
     if INTERPRETED:  # the interpreter runs no range() over a runtime bound; a while loop is the same walk
         c0 = 0
         while c0 < n_per_split:
-            best, thresh = _tile(q, R, qn, RN, best, thresh, seed, rnmax, start + c0 + tl.arange(0, BN), n, d,
-                                 stride_r, BM, BN, BD, KP, PRECISION)
+            best, thresh = _tile(q, R, qn, RN, best, thresh, seed, rnmax, ds, start + c0 + tl.arange(0, BN), n, d,
+                                 stride_r, BM, BN, BD, KP, PRECISION, SCALED)
             c0 += BN
     else:
         for c0 in range(0, n_per_split, BN):
-            best, thresh = _tile(q, R, qn, RN, best, thresh, seed, rnmax, start + c0 + tl.arange(0, BN), n, d,
-                                 stride_r, BM, BN, BD, KP, PRECISION)
+            best, thresh = _tile(q, R, qn, RN, best, thresh, seed, rnmax, ds, start + c0 + tl.arange(0, BN), n, d,
+                                 stride_r, BM, BN, BD, KP, PRECISION, SCALED)
     best = tl.sort(best, dim=1)
     out = OUT + (rows[:, None] * n_splits + pid_s) * KP + kk[None, :]
     tl.store(out, best, mask=rmask[:, None])
@@ -134,8 +140,11 @@ def candidates(Q: torch.Tensor, R: torch.Tensor, kp: int, *, precision: str = "t
         float32, 2-D, same device and width.
     kp : int
         Candidates per query, a power of two ≤ :data:`MAX_KP`.
-    precision : {"tf32", "ieee"}
-        ``tl.dot``'s input precision.
+    precision : {"tf32", "ieee", "fp16"}
+        ``tl.dot``'s input precision; "fp16": the dot's operands are float16 copies of ``Q`` and ``R`` scaled by a
+        power of two that puts their largest magnitude at 2¹⁴ (half the bytes of float32 and twice TF32's rate
+        on the matrix units; relative rounding 2⁻¹¹, as TF32's 2⁻¹⁰, plus the absolute rounding of values that
+        scale below float16's normal range, :func:`rounding_bound`). The norms stay float32.
     splits : int, optional
         How many programs share the references of one block of queries (default: enough to fill the GPU).
     block_m, block_n, num_warps, num_stages : int, optional
@@ -192,15 +201,35 @@ def candidates(Q: torch.Tensor, R: torch.Tensor, kp: int, *, precision: str = "t
     out = torch.empty((m, splits, kp), dtype=torch.int64, device=Q.device)
     rnmax = rn.amax().clamp(min=0.0).reshape(1) if n else rn.new_zeros(1)  # on the device: no host sync
     seed_arg = seed.to(torch.float32).contiguous() if seed is not None else qn
-    _knn_kernel[(blocks, splits)](Q, R, qn, rn, rnmax, seed_arg, out, m, n, d, per, Q.stride(0), R.stride(0),
-                                  BM=BM, BN=BN, BD=BD, KP=kp, PRECISION=precision,
+    scaled = precision == "fp16"
+    if scaled:
+        Q, R, ds = _half_operands(Q, R)
+    else:
+        ds = rnmax  # unread
+    _knn_kernel[(blocks, splits)](Q, R, qn, rn, rnmax, ds, seed_arg, out, m, n, d, per, Q.stride(0), R.stride(0),
+                                  BM=BM, BN=BN, BD=BD, KP=kp, PRECISION="ieee" if scaled else precision,
                                   INTERPRETED=os.environ.get("TRITON_INTERPRET") == "1", HAS_SEED=seed is not None,
-                                  num_warps=num_warps or 4, num_stages=stages)
+                                  SCALED=scaled, num_warps=num_warps or 4, num_stages=stages)
     keys = out.view(m, splits * kp)
     if splits > 1:
         keys = torch.sort(keys, dim=1).values[:, :kp]
     dist = (keys >> 32).to(torch.int32).view(torch.float32)
     return dist, keys & 0xFFFFFFFF
+
+
+#: float16's largest power of two kept below its maximum (65,504) after scaling, and its smallest normal
+HALF_TOP, HALF_TINY = 2.0**14, 2.0**-14
+
+
+def _half_operands(Q: torch.Tensor, R: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Float16 copies of ``Q`` and ``R`` scaled by ``s = 2^(14 − ⌈log₂ max|x|⌉)`` (a power of two: exact; the
+    largest magnitude lands in [2¹³, 2¹⁴]) and ``s⁻²`` (float32, shape (1,)), all on the device, no host sync."""
+    amax = torch.maximum(Q.abs().amax() if Q.numel() else Q.new_zeros(()),
+                         R.abs().amax() if R.numel() else R.new_zeros(()))
+    e = torch.ceil(torch.log2(amax.to(torch.float64).clamp(min=2.0**-100)))
+    s = torch.exp2(math.log2(HALF_TOP) - e)
+    return (Q * s.to(Q.dtype)).half().contiguous(), (R * s.to(R.dtype)).half().contiguous(), \
+        (s**-2).to(torch.float32).reshape(1)
 
 
 def _exact_order(dist: torch.Tensor, idx: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -273,8 +302,6 @@ class _Ranked:
             getattr(self, name)[rows] = getattr(other, name)
 
 
-# the relative rounding of one input of the kernel's dot products, by precision (TF32: 10 mantissa bits)
-_DOT_ROUNDOFF = {"tf32": 2.0**-10, "ieee": 2.0**-23}
 
 
 def _candidate_pass(q64: torch.Tensor, Yw: torch.Tensor, Yc: torch.Tensor, X: torch.Tensor, Xc: torch.Tensor,
@@ -287,10 +314,24 @@ def _candidate_pass(q64: torch.Tensor, Yw: torch.Tensor, Yc: torch.Tensor, X: to
     # certify on the unit vectors' squared distances (2·cosine distance) for cosine
     ex_sq = _rerank(Yw, X, idx, "unit") if metric == "cosine" else exact
     dist, ind = _exact_order(exact, idx, k)
-    qn = Yc.norm(dim=1)
-    d = X.shape[1]
-    eps = 4 * (_DOT_ROUNDOFF[precision] + d * 2.0**-23) * qn * cmax + (d + 4) * 2.0**-22 * (qn**2 + cmax**2)
+    eps = rounding_bound(precision, Yc.norm(dim=1), cmax, X.shape[1])
     return _Ranked(dist, ind, torch.sort(ex_sq, dim=1).values[:, k - 1], d2[:, -1], eps)
+
+
+def _two_piece_pass(q64: torch.Tensor, Yc: torch.Tensor, X: torch.Tensor, Xc: torch.Tensor, cmax: float,
+                    k: int, kp: int, precision: str, first: int) -> _Ranked:
+    """:func:`_candidate_pass` (squared Euclidean) in two pieces: the first ``first`` references unseeded, then
+    the others with the seed :func:`_seed_above` of the first piece's exact k-th value, so that most of their
+    tiles cost one screen and the running top-k starts full. Any k references bound the k-th value from above,
+    so the seed never leaves out a neighbour; a reference of the second piece that is not returned has a kernel
+    value ≥ ``min(seed, last)``, so the certificate's ``last`` is the smallest of the two pieces' bounds."""
+    head = _candidate_pass(q64, q64, Yc, X[:first], Xc[:first], cmax, k, kp, precision, "sqeuclidean")
+    seed = seed_above(head.kth, head.eps)
+    d2, idx = candidates(Yc.to(torch.float32), Xc[first:], kp, precision=precision, seed=seed)
+    exact = _rerank(q64, X[first:], idx, "sqeuclidean")
+    dist, ind = _exact_order(torch.cat([head.dist, exact], 1), torch.cat([head.ind, idx + first], 1), k)
+    last = torch.minimum(torch.minimum(head.last, seed), d2[:, -1])
+    return _Ranked(dist, ind, dist[:, k - 1], last, head.eps)
 
 
 def _settle(dist: torch.Tensor, ind: torch.Tensor, kth: torch.Tensor, last: torch.Tensor, eps: torch.Tensor,
@@ -314,7 +355,7 @@ def _settle(dist: torch.Tensor, ind: torch.Tensor, kth: torch.Tensor, last: torc
 
 
 def fused_kneighbors(Y: torch.Tensor, X: torch.Tensor, k: int, *, metric: str = "euclidean",
-                     precision: str = "tf32", query_chunk: int = 1 << 16,
+                     precision: str | None = None, query_chunk: int = 1 << 16, first_piece: int | None = None,
                      stats: dict[str, int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact k nearest rows of ``X`` for each row of ``Y`` through the fused kernel, certified in float64.
 
@@ -325,7 +366,8 @@ def fused_kneighbors(Y: torch.Tensor, X: torch.Tensor, k: int, *, metric: str = 
     reference outside the candidates can then be nearer. The rest (near-ties at the boundary of the candidate
     list; more of them the more references there are) run the kernel again with float32 products (``u = 2⁻²³``),
     and those still uncertified are recomputed by float64 brute force. So the answer equals the float64
-    reference.
+    reference. For (squared) Euclidean distances over many references the kernel first runs on a short first
+    piece of them, whose exact k-th value then seeds its run over the rest (:func:`_two_piece_pass`).
 
     Parameters
     ----------
@@ -334,10 +376,13 @@ def fused_kneighbors(Y: torch.Tensor, X: torch.Tensor, k: int, *, metric: str = 
     k : int
         Neighbours, ``k + max(8, k // 4) <= MAX_KP`` and ``d <= MAX_D``.
     metric : {"euclidean", "sqeuclidean", "cosine"}
-    precision : {"tf32", "ieee"}
-        The kernel's dot-product precision (the result is exact either way).
+    precision : {"tf32", "fp16", "ieee"}, optional
+        The kernel's dot-product precision (the result is exact either way); default :data:`FUSED_PRECISION`.
     query_chunk : int
         Queries per launch.
+    first_piece : int, optional
+        References in the unseeded first piece; default ``n // FIRST_PIECE`` when ``n ≥ TWO_PIECE_MIN_ROWS``
+        (0: one piece).
     stats : dict, optional
         Filled with counts: ``queries``, ``uncertified`` (after the first pass) and ``uncertified_ieee`` (after
         the float32 pass, the ones brute force recomputes).
@@ -349,14 +394,21 @@ def fused_kneighbors(Y: torch.Tensor, X: torch.Tensor, k: int, *, metric: str = 
     """
     cosine = metric == "cosine"
     exact_metric = "cosine" if cosine else "sqeuclidean"
+    precision = precision or FUSED_PRECISION
     Xc, mu, cmax = _centred(X, cosine)
     kp = _pow2(k + max(8, k // 4))
+    first = _first_piece(len(X), kp, first_piece) if not cosine else 0
+    if stats is not None:
+        stats["first_piece"] = first
     out_d, out_i = [], []
     for q0 in range(0, len(Y), query_chunk):
         q64 = Y[q0:q0 + query_chunk].to(torch.float64)
         Yw = q64 / q64.norm(dim=1, keepdim=True) if cosine else q64
         Yc = Yw - mu
-        ranked = _candidate_pass(q64, Yw, Yc, X, Xc, cmax, k, kp, precision, exact_metric)
+        if first:
+            ranked = _two_piece_pass(q64, Yc, X, Xc, cmax, k, kp, precision, first)
+        else:
+            ranked = _candidate_pass(q64, Yw, Yc, X, Xc, cmax, k, kp, precision, exact_metric)
         bad = torch.nonzero(~_certified(ranked.kth, ranked.last, ranked.eps, len(X), kp)).flatten()
         if stats is not None:
             stats["queries"] = stats.get("queries", 0) + len(q64)
@@ -376,6 +428,20 @@ def fused_kneighbors(Y: torch.Tensor, X: torch.Tensor, k: int, *, metric: str = 
         dist = dist.sqrt()
     return dist, ind
 
+
+def _first_piece(n: int, kp: int, first_piece: int | None) -> int:
+    """References in the first (unseeded) piece of :func:`fused_kneighbors`: 0 for one piece."""
+    if first_piece is None:
+        first_piece = n // FIRST_PIECE if n >= TWO_PIECE_MIN_ROWS else 0
+    first_piece = int(first_piece)
+    return first_piece if kp <= first_piece < n else 0
+
+
+#: The fused driver's first piece is this fraction of the references (the streamed search cuts its first chunk
+#: the same way), from this many references on; its default dot precision.
+FIRST_PIECE = 16
+TWO_PIECE_MIN_ROWS = 1 << 17
+FUSED_PRECISION = "tf32"
 
 # The dot-product precision of the fused kernel inside the exact search, and the unit roundoff that the
 # search's rounding bound must then use (densitas.neighbors.distances.bound_coefficient): TF32 keeps 10 of

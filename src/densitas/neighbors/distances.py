@@ -421,3 +421,49 @@ def fast_error_bound(metric: Metric, kappa: float, a_q: torch.Tensor | None, a_c
     if metric.fast == "l1":
         return kappa * (a_q + a_c_max + 1.0)
     return torch.full((m,), 4.0 * kappa, dtype=torch.float64, device=device)
+
+
+#: The relative rounding of one input of the fused kernel's dot products, by precision: TF32 keeps 10 mantissa
+#: bits (2⁻¹⁰ covers truncation as well as rounding), float16 11 (2⁻¹¹, and 2⁻¹⁰ as TF32), float32 ("ieee") 24.
+DOT_ROUNDOFF = {"tf32": 2.0**-10, "fp16": 2.0**-10, "ieee": 2.0**-23}
+
+
+def rounding_bound(precision: str, qn: torch.Tensor, cmax: torch.Tensor | float, d: int) -> torch.Tensor:
+    """The largest error of the kernel's squared distance ``‖q‖² + ‖c‖² − 2q·c`` for a query of centred norm ``qn``
+    against any reference of centred norm ≤ ``cmax`` (float64):
+
+    ``ε = 4·(u + d·2⁻²³)·‖q‖·max‖c‖ + (d + 4)·2⁻²²·(‖q‖² + max‖c‖²)`` with ``u`` the relative rounding of the dot's
+    inputs (TF32 and float16 2⁻¹⁰, float32 2⁻²³), plus for float16 the absolute rounding ``a`` of scaled values
+    below its normal range: each input moves by at most ``a = 2⁻²⁵/s ≤ 2⁻³⁸·max|x|`` with
+    ``max|x| ≤ max(max‖q‖, max‖c‖)`` over the launch, so the dot moves by at most ``2a·√d·(‖q‖ + max‖c‖) + d·a²``.
+
+    Examples
+    --------
+    >>> qn = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    >>> bool((rounding_bound("fp16", qn, 3.0, 8) > rounding_bound("tf32", qn, 3.0, 8)).all())
+    True
+    >>> float(rounding_bound("ieee", qn, 0.0, 8)[0]) == 12 * 2.0**-22
+    True
+    """
+    u = max(DOT_ROUNDOFF[precision], 2.0**-23)
+    cmax = torch.as_tensor(cmax, dtype=torch.float64, device=qn.device)
+    eps = 4 * (u + d * 2.0**-23) * qn * cmax + (d + 4) * 2.0**-22 * (qn**2 + cmax**2)
+    if precision == "fp16":
+        a = 2.0**-38 * torch.maximum(qn.amax() if qn.numel() else cmax, cmax)
+        eps = eps + 4 * a * math.sqrt(d) * (qn + cmax) + 2 * d * a * a
+    return eps
+
+
+def seed_above(kth: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
+    """The fused kernel's per-query seed from a known exact k-th value: ``kth + 2ε`` rounded up to float32. A
+    reference whose exact value is ≤ ``kth`` has a kernel value ≤ ``kth + ε``, below the seed, so it is never
+    left out (``ε``: :func:`rounding_bound`).
+
+    Examples
+    --------
+    >>> s = seed_above(torch.tensor([1.0], dtype=torch.float64), torch.tensor([0.25], dtype=torch.float64))
+    >>> s.dtype, bool(s[0] > 1.5)
+    (torch.float32, True)
+    """
+    up = torch.tensor(math.inf, dtype=torch.float32, device=kth.device)
+    return torch.nextafter((kth + 2.0 * eps * (1.0 + 1e-6)).to(torch.float32), up)

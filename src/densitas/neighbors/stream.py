@@ -39,6 +39,7 @@ from densitas._backend.chunking import parse_bytes, plan_chunks
 from densitas._backend.dispatch import select
 from densitas.exceptions import InputError
 from densitas.neighbors import _triton_registry  # noqa: F401  (registers the fused kernel, lazily)
+from densitas.neighbors.distances import rounding_bound, seed_above
 
 __all__ = ["HostChunks", "NonFiniteError", "StreamStats", "stream_kneighbors", "transfer_floor"]
 
@@ -50,6 +51,8 @@ _KERNEL_ALIGN = 128  # chunk lengths are multiples of the kernel's reference til
 #: block_n, num_warps, num_stages): the fastest of ten on the H200 for the seeded chunks of 10k queries × 2M
 #: references, d = 64 (``bench_neighbors.py --stream 1e7 --launch-sweep``; benchmarks/RESULTS.md).
 LAUNCH: dict[str, int] = {"block_m": 64, "block_n": 128, "num_warps": 4, "num_stages": 3}
+#: The dot precision of the chunk kernel ("tf32" or "fp16": :func:`densitas.neighbors._triton.candidates`).
+STREAM_PRECISION = "tf32"
 #: The first chunk is cut at 1/FIRST_PIECE of its rows: the unseeded kernel on that piece sets the seed.
 FIRST_PIECE = 16
 
@@ -219,21 +222,24 @@ class _Pipeline:
 # --------------------------------------------------------------------------------------- candidate step
 
 
-def _candidate_step(device: torch.device, budget: int) -> tuple[Callable, float, str]:
-    """``(fn, u, backend)``: ``fn(Q, R, kp, seed)`` → (values (m, kp) ascending, local rows (m, kp)), the kp
-    smallest approximate squared distances (rows ≥ len(R) pad with +inf; the fused kernel keeps only values
-    below ``seed``, PyTorch's pass ignores it), and the relative input rounding ``u`` of the dot products
-    behind them. Every row not returned has a value ≥ ``min(seed, values[:, -1])``."""
+def _candidate_step(device: torch.device, budget: int) -> tuple[Callable, str, str]:
+    """``(fn, precision, backend)``: ``fn(Q, R, kp, seed)`` → (values (m, kp) ascending, local rows (m, kp)), the
+    kp smallest approximate squared distances (rows ≥ len(R) pad with +inf; the fused kernel keeps only values
+    below ``seed``, PyTorch's pass ignores it), and the precision of the dot products behind them (the key of
+    :func:`densitas.neighbors.distances.rounding_bound`). Every row not returned has a value ≥
+    ``min(seed, values[:, -1])``."""
     backend, _ = select("knn_tile_topk", device)
     interpreted = os.environ.get("TRITON_INTERPRET") == "1"
     if backend == "triton" and (device.type == "cuda" or interpreted):
-        from densitas.neighbors._triton import TILE_PRECISION, UNIT_ROUNDOFF, candidates
+        from densitas.neighbors._triton import candidates
+
+        precision = STREAM_PRECISION
 
         def fused(Q: torch.Tensor, R: torch.Tensor, kp: int,
                   seed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-            return candidates(Q, R, kp, precision=TILE_PRECISION, seed=seed, **LAUNCH)
+            return candidates(Q, R, kp, precision=precision, seed=seed, **LAUNCH)
 
-        return fused, max(UNIT_ROUNDOFF[TILE_PRECISION], 2.0**-23), "triton"
+        return fused, precision, "triton"
     tf32 = torch.get_float32_matmul_precision() != "highest"
 
     def gemm_topk(Q: torch.Tensor, R: torch.Tensor, kp: int,
@@ -253,7 +259,7 @@ def _candidate_step(device: torch.device, budget: int) -> tuple[Callable, float,
             i = torch.cat([i, i.new_full((i.shape[0], kp - kk), R.shape[0])], 1)
         return v, i
 
-    return gemm_topk, (2.0**-10 if tf32 else 2.0**-23), "torch"
+    return gemm_topk, ("tf32" if tf32 else "ieee"), "torch"
 
 
 def _order(dist: torch.Tensor, idx: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -351,7 +357,7 @@ def stream_kneighbors(Y: Any, X: HostChunks | Any, k: int, *, metric: str = "euc
         raise NonFiniteError("The queries hold NaN or infinite values; kneighbors names them (or use "
                              "missing='skip').")
     cap = parse_bytes(memory_budget) if memory_budget is not None else default_budget(dev)
-    cand, u, stats.backend = _candidate_step(dev, cap)
+    cand, precision, stats.backend = _candidate_step(dev, cap)
     stats.pinned_source = src.pinned
 
     # ---- plan: a quarter of the budget for the query tile's state, the rest for the chunks
@@ -403,10 +409,9 @@ def stream_kneighbors(Y: Any, X: HostChunks | Any, k: int, *, metric: str = "euc
                 # rows the kernel drops are at least min(seed, its kp-th value) less the rounding bound ε; the
                 # seed, the running exact k-th value plus 2ε, keeps every row that could still enter
                 cmax = torch.linalg.vector_norm(Rc, dim=1).amax().to(torch.float64) * (1.0 + 1e-5)
-                eps = 4 * (u + d * 2.0**-23) * qn * cmax + (d + 4) * 2.0**-22 * (qn**2 + cmax**2)
+                eps = rounding_bound(precision, qn, cmax, d)
                 kth = state["d"][:, k - 1] if state["d"].shape[1] >= k else torch.full_like(qn, math.inf)
-                seed = torch.nextafter((kth + 2.0 * eps * (1.0 + 1e-6)).to(torch.float32),
-                                       torch.tensor(math.inf, device=dev))
+                seed = seed_above(kth, eps)
                 vals, loc = cand(Yc, Rc, kp, seed)
                 bound = torch.minimum(vals[:, -1].to(torch.float64), seed.to(torch.float64)) - eps
                 state["lower"] = torch.minimum(state["lower"], bound)
