@@ -169,6 +169,44 @@ def gpu_rows(reps: int, seed: int, small: bool) -> list[dict]:
     return rows
 
 
+def variant_rows(reps: int, seed: int) -> list[dict]:
+    """The fused driver's variants at the two in-memory cases of the issue: dot precision (TF32 or float16
+    operands) × one piece or two (a first 1/16 of the references seeds the rest), and the kernel's launch
+    settings for float16 at kp = 128; each beside the current default, all checked exact."""
+    from densitas.neighbors import _triton as fused
+
+    dev = resolve_device("cuda")
+    g = torch.Generator(device=dev).manual_seed(seed)
+    rows = _Rows()
+    for m, n, d, k in [(100_000, 1_000_000, 64, 10), (10_000, 1_000_000, 128, 100)]:
+        X = torch.randn(n, d, device=dev, generator=g)
+        Y = torch.randn(m, d, device=dev, generator=g)
+        base = None
+        for precision in ("tf32", "fp16"):
+            for first in (0, n // fused.FIRST_PIECE):
+                t, (_, i_v) = timed(lambda X=X, Y=Y, k=k, p=precision, f=first: fused.fused_kneighbors(
+                    Y, X, k, metric="sqeuclidean", precision=p, first_piece=f), dev, reps)
+                base = base or t
+                rows.append({"case": f"variants {m:,} × {n:,}, d={d}, k={k}",
+                             "impl": f"fused {precision}, {'two pieces' if first else 'one piece'}", "s": t,
+                             "ratio": base / t, "agree": exact_share(X, Y, k, i_v)})
+        kp = fused._pow2(k + max(8, k // 4))
+        for bm, bn, w, st in ([(16, 128, 4, 2), (32, 128, 4, 2), (32, 128, 8, 2), (16, 128, 4, 3), (64, 128, 8, 2)]
+                              if k == 100 else [(64, 64, 4, 3), (64, 128, 4, 3), (128, 128, 8, 3), (128, 64, 4, 3)]):
+            for precision in ("tf32", "fp16"):
+                try:
+                    t, _ = timed(lambda X=X, Y=Y, kp=kp, p=precision, bm=bm, bn=bn, w=w, st=st: fused.candidates(
+                        Y, X, kp, precision=p, block_m=bm, block_n=bn, num_warps=w, num_stages=st), dev, reps)
+                except Exception as exc:  # a launch that does not fit: reported, not fatal
+                    print(f"  {precision} {bm}/{bn}/{w}/{st}: {type(exc).__name__}", file=sys.stderr)
+                    continue
+                rows.append({"case": f"kernel alone, kp={kp}", "impl": f"{precision} BM={bm} BN={bn} warps={w} "
+                             f"stages={st}", "s": t, "ratio": float("nan"), "agree": float("nan")})
+        del X, Y
+        torch.cuda.empty_cache()
+    return rows
+
+
 class _Rows(list):
     """A list of result rows that prints each row as it arrives (long GPU runs show progress)."""
 
@@ -237,11 +275,12 @@ def launch_sweep_rows(X: torch.Tensor, Y: torch.Tensor, k: int, reps: int, dev: 
 
 
 def stream_rows(reps: int, seed: int, sizes: list[int], m: int = 10_000, d: int = 64, k: int = 10,
-                launch_sweep: bool = False) -> list[dict]:
+                launch_sweep: bool = False, precisions: tuple[str, ...] = ()) -> list[dict]:
     """Host-resident references (pinned memory, generated in chunks with a fixed seed) streamed through the GPU:
     ``kneighbors`` beside the host→device transfer floor — the same bytes copied from pinned memory with the
     same chunking and double buffering and no compute, and plain ``torch`` copy bandwidth (one 1 GiB copy from
     pinned memory) — and the same search with the references already on the device (the compute alone)."""
+    from densitas.neighbors import stream
     from densitas.neighbors.stream import HostChunks, StreamStats, stream_kneighbors, transfer_floor
 
     dev = resolve_device("cuda")
@@ -278,8 +317,18 @@ def stream_rows(reps: int, seed: int, sizes: list[int], m: int = 10_000, d: int 
         case = f"host {n:,} × {d} ({n * d * 4 / 1e9:.1f} GB) × {m:,} queries, k={k}"
         runs = reps + 1 if reps else 1  # the stats add up over the warm-up and timed runs
         rows.append({"case": case, "impl": f"densitas streamed ({stats.chunks // runs} chunks of "
-                     f"{stats.chunk_rows:,}, {stats.fallback_queries // runs} fallback)", "s": t,
-                     "ratio": t / floor, "agree": ok})
+                     f"{stats.chunk_rows:,}, {stats.fallback_queries // runs} fallback, "
+                     f"{stream.STREAM_PRECISION})", "s": t, "ratio": t / floor, "agree": ok})
+        default = stream.STREAM_PRECISION
+        for precision in precisions:  # the chunk kernel's other dot precisions, same data
+            if precision == default:
+                continue
+            stream.STREAM_PRECISION = precision
+            t_p, (d_p, i_p) = timed(lambda X=X: stream_kneighbors(Y, HostChunks(X), k, device=dev), dev, reps)
+            same = bool(torch.equal(i_p, idx)) and bool(torch.equal(d_p, dist))
+            rows.append({"case": "", "impl": f"densitas streamed, {precision} operands — same result: {same}",
+                         "s": t_p, "ratio": t_p / floor, "agree": float("nan")})
+        stream.STREAM_PRECISION = default
         rows.append({"case": "", "impl": "transfer floor: same chunks pinned → device, no compute", "s": floor,
                      "ratio": 1.0, "agree": float("nan")})
         rows.append({"case": "", "impl": f"plain torch copy at {bw / 1e9:.1f} GB/s", "s": plain,
@@ -401,6 +450,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--launch-sweep", action="store_true", help="with --stream: sweep the chunk kernel's launch "
                     "settings at the first size and use the fastest")
     ap.add_argument("--profile-masked", action="store_true", help="profile document 001's NaN case (CUDA)")
+    ap.add_argument("--stream-precision", default="", help="with --stream: also time the chunk kernel with these "
+                    "dot precisions, e.g. tf32,fp16")
+    ap.add_argument("--variants", action="store_true", help="the fused driver's precision / two-piece variants "
+                    "and float16 launch settings at the issue's two in-memory cases (CUDA)")
+    ap.add_argument("--no-doc001", action="store_true", help="skip document 001's rows")
     args = ap.parse_args(argv)
     dev = resolve_device(args.device)
     reps = args.reps if args.reps is not None else (3 if args.small else 1)
@@ -408,14 +462,18 @@ def main(argv: list[str] | None = None) -> int:
     if dev.type == "cuda":
         if args.stream:
             rows += stream_rows(reps, args.seed, [int(float(v)) for v in args.stream.split(",")],
-                                launch_sweep=args.launch_sweep)
+                                launch_sweep=args.launch_sweep,
+                                precisions=tuple(p for p in args.stream_precision.split(",") if p))
+        if args.variants:
+            rows += variant_rows(reps, args.seed)
         if args.block_sweep:
             rows += block_sweep_rows(reps, args.seed)
         if args.profile_masked:
             profile_masked(args.seed)
         if not args.no_in_memory:
             rows += gpu_rows(reps, args.seed, args.small)
-            rows += doc001_rows(reps, args.seed, args.small)
+            if not args.no_doc001:
+                rows += doc001_rows(reps, args.seed, args.small)
         if args.sweep:
             rows += sweep_rows(reps, args.seed)
     if not args.gpu_only:
