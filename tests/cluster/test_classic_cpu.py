@@ -33,8 +33,8 @@ def _integer_case(rng, n=61, d=4, k=5):
 @pytest.mark.parametrize("q", [2.0, 1.5, 3.0])
 @pytest.mark.parametrize("rows", [1, 7, 1000])
 def test_classic_pass_equals_the_float64_reference(seeded, q, rows):
-    """q = 2 takes zero distances through the distance floor, other q through the log-domain rule of the chunk;
-    both give the reference's 1/z. The only rounding left is in the reciprocals, powers and sums: 1e-12."""
+    """A chunk with a zero distance takes the general rule (zero distances exactly, the log domain), which gives
+    the reference's 1/z. The only rounding left is in the reciprocals, powers and sums: 1e-12."""
     X, C = _integer_case(seeded)
     d = X.shape[1]
     shift = torch.zeros(d, dtype=torch.float64)
@@ -57,6 +57,51 @@ def test_classic_pass_without_sums():
     _s, J_ref, lab_ref = ref.fused_pass(X, C, 3, 2.0, sums=False, labels=True)
     assert s is None and lab.tolist() == lab_ref.tolist() == [0, 0, 2, 2]
     assert J == pytest.approx(float(J_ref), rel=1e-12)
+
+
+@pytest.mark.parametrize("q", [2.0, 1.7])
+def test_only_chunks_with_a_zero_distance_take_the_general_rule(seeded, monkeypatch, q):
+    """Integer data (exact distances): the two chunks holding rows 0 and 7 (zero distances) are redone by the
+    general rule, the seven others keep the fast rule's weights, and the sums equal the reference's."""
+    import densitas.cluster._cpu as cpu
+
+    X, C = _integer_case(seeded)
+    shift = torch.zeros(X.shape[1], dtype=torch.float64)
+    redone = []
+    general = cpu.chunk_general
+    monkeypatch.setattr(cpu, "chunk_general", lambda Ca, xc, q: (redone.append(xc[0].clone()), general(Ca, xc, q))[1])
+    s, J, _ = classic_pass(augmented_rows(X, shift, 7), C, shift, q, rows=7, sums=True, labels=False)
+    assert [r.tolist() for r in redone] == [X[:7, 0].tolist(), X[7:14, 0].tolist()]
+    s_ref, J_ref, _ = ref.fused_pass(X, C, C.shape[0], q)
+    torch.testing.assert_close(s, s_ref, rtol=1e-12, atol=1e-12 * float(X.abs().max()))
+    assert J == pytest.approx(float(J_ref), rel=1e-12)
+
+
+def test_classic_pass_runs_the_blas_on_one_thread_and_restores_it():
+    """The sums GEMM runs in the pass's own threads with NumPy's BLAS on one thread; the caller's count is put
+    back afterwards."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    X = torch.as_tensor(np.arange(40.0).reshape(20, 2))
+    C = X[[0, 10]].clone() + 0.5
+    shift = C.mean(0)
+    with threadpool_limits(limits=2, user_api="blas"):
+        seen = []
+        import densitas.cluster._cpu as cpu
+
+        real = cpu.chunk_weights
+
+        def spy(*args):
+            seen.extend(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
+            return real(*args)
+
+        cpu.chunk_weights = spy
+        try:
+            classic_pass(augmented_rows(X, shift, 8), C, shift, 2.0, rows=8, sums=True, labels=False)
+        finally:
+            cpu.chunk_weights = real
+        assert seen and set(seen) == {1}
+        assert {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"} == {2}
 
 
 def _threads_of_a_new_thread() -> int:

@@ -1,31 +1,36 @@
 """Classic fuzzy c-means (``n_nearest = n_clusters``) on the CPU, for float64 data held in memory.
 
 One pass reads the cached transposed rows ``Xa = [x, 1, ‖x − s‖²]ᵀ`` ((d + 2) × n, float64; ``s`` a fixed
-shift near the data) in chunks of columns. Per chunk, two GEMMs on the same columns (the second finds them in
-cache, so the data comes from memory once per pass) and in-place passes over the (k × rows) block, in three
-steps:
+shift near the data) in chunks of columns small enough that a chunk and its (k × rows) block stay in the core's
+L2 cache: the data comes from memory once per pass, for the distance GEMM, and the second GEMM finds it in cache.
+Per chunk, three steps:
 
 1. :func:`chunk_distances`: ``D = [−2(c − s), 2 s·(c − s) + ‖c − s‖², 1] · Xa`` — every squared distance, the
-   row norms included — clamped from below (for q = 2 at a tiny positive floor: a zero distance then gives its
-   row's weight to that centroid up to ~1e-300, and adds ~2k·1e-308 to the objective instead of 0);
+   row norms included — and its smallest value: a chunk whose smallest distance is not above the fast rule's
+   floor (a zero distance, or a tiny one that rounding made negative) takes the general rule instead;
 2. :func:`chunk_weights`: ``a = 1/D`` (``D^(−1/(q−1))``), ``A = Σ_j a``, ``w = (a/A)^q`` and the chunk's
    objective ``Σ A^(1−q)``; for q = 2 one reciprocal per distance and no power;
 3. ``[Σ w x, Σ w] = w · Xa[:d + 1]ᵀ``.
 
-A chunk where step 2 overflows or underflows (or, for q ≠ 2, meets a zero distance) is redone after the pass
-with the general rule (:func:`chunk_general`: zero distances exactly, the log domain).
+A chunk where step 1's check fails or step 2 overflows or underflows is redone after the pass with the general
+rule (:func:`chunk_general`: zero distances exactly, the log domain).
 
-The chunks are shared among threads that each run PyTorch on one thread (:func:`classic_pass`): a chunk is a
-few hundred microseconds of work, too little for PyTorch's own parallel regions to pay for their
-synchronisation — and on a loaded machine every such region waits for a descheduled thread, where threads
-taking whole chunks just take fewer of them. Each chunk's sums are kept apart and added in chunk order, so the
-result does not depend on which thread took which chunk.
+The GEMM of step 1 is PyTorch's (MKL); the elementwise steps and the sums GEMM are NumPy's, on the same memory:
+NumPy's calls cost about a third of PyTorch's per-call overhead (which matters at a few thousand columns per
+chunk), and its BLAS (OpenBLAS in the wheels) runs the (k × m)·(m × (d + 1)) sums about twice as fast as MKL at
+this shape. The chunks are shared among threads that each run PyTorch and the BLAS on one thread
+(:func:`classic_pass`): a chunk is some tens of microseconds of work, too little for a library's own parallel
+regions to pay for their synchronisation — and on a loaded machine every such region waits for a descheduled
+thread, where threads taking whole chunks just take fewer of them. Each chunk's sums are kept apart and added in
+chunk order, so the result does not depend on which thread took which chunk.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -55,62 +60,66 @@ def augmented_centroids(C: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
 
 
 def distance_floor(k: int) -> float:
-    """The smallest distance of the q = 2 fast path: ``2k`` times the smallest normal float64, so that the sum of
-    k reciprocals is at most half the largest float64."""
+    """The q = 2 fast path takes a chunk only if all its distances are above this floor, ``2k`` times the smallest
+    normal float64: the sum of k reciprocals is then at most half the largest float64."""
     return 2.0 * k * torch.finfo(torch.float64).tiny
 
 
 class ChunkBuffers:
     """One thread's work buffers, reused by every chunk it takes (no fresh pages to fault in): the (k × rows)
-    distances/weights, their row sums and a row of ones for those."""
+    distances/weights as a NumPy array and a tensor on the same memory (the GEMM's output), their row sums and a
+    row of ones for those."""
 
     def __init__(self, k: int, rows: int):
         self.k, self.rows = k, rows
-        self._block = torch.empty(k * rows, dtype=torch.float64)
-        self._row = torch.empty(rows, dtype=torch.float64)
-        self.ones = torch.ones((1, k), dtype=torch.float64)
+        self._block = np.empty(k * rows)
+        self._row = np.empty(rows)
+        self.ones = np.ones((1, k))
         self._full = self._views(rows)
 
-    def _views(self, m: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._block[:self.k * m].view(self.k, m), self._row[:m].view(1, m)
+    def _views(self, m: int) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
+        D = self._block[:self.k * m].reshape(self.k, m)
+        return torch.from_numpy(D), D, self._row[:m].reshape(1, m)
 
-    def take(self, m: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """A (k, m) block and a (1, m) row."""
+    def take(self, m: int) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
+        """A (k, m) block as a tensor and as an array, and a (1, m) row."""
         return self._full if m == self.rows else self._views(m)
 
 
-def chunk_distances(Ca: torch.Tensor, xc: torch.Tensor, floor: float, D: torch.Tensor) -> torch.Tensor:
+def chunk_distances(Ca: torch.Tensor, xc: torch.Tensor, Dt: torch.Tensor, D: np.ndarray) -> float:
     """Squared distances (k, m) of the chunk ``xc`` of ``Xa`` to the centroids (``Ca``:
-    :func:`augmented_centroids`), written to ``D`` and clamped at ``floor``: 0 (rounding can make a tiny
-    distance negative), or for q = 2 :func:`distance_floor`, so that ``1/D`` and its row sum stay finite and a
-    zero distance needs no special case (its point gets membership 1 to within ``floor / D`` of its next
-    distance, as the exact rule gives)."""
-    return torch.mm(Ca, xc, out=D).clamp_(min=floor)
+    :func:`augmented_centroids`), written to ``Dt`` (``D`` is the same memory); returns the smallest (NaN if
+    any is NaN). Rounding can make a tiny distance negative: the caller takes the chunk's weights from
+    :func:`chunk_weights` only if the smallest distance is above the fast rule's floor (a check that reads the
+    block, cheaper than clamping it), else from :func:`chunk_general`."""
+    torch.mm(Ca, xc, out=Dt)
+    return float(np.minimum.reduce(D, axis=None))
 
 
-def chunk_weights(D: torch.Tensor, A: torch.Tensor, ones: torch.Tensor, q: float, objective: torch.Tensor,
-                  smallest: torch.Tensor) -> torch.Tensor:
-    """Weights ``w = u^q`` (in place of ``D``, (k, m)) of a chunk, with ``a = D^(−1/(q−1))``, ``A_i = Σ_j a_ji``
-    (into ``A``, (1, m)) and ``u = a/A``; the chunk's objective ``Σ_i A_i^(1−q)`` (as ``Σ_j u_ji^q D_ji =
-    A_i^(1−q)``) goes to the 0-d tensor ``objective``, and for q ≠ 2 the smallest ``1/A_i`` to ``smallest``.
+def chunk_weights(D: np.ndarray, A: np.ndarray, ones: np.ndarray, q: float) -> tuple[float, float]:
+    """Weights ``w = u^q`` (in place of ``D``, (k, m), every distance above :func:`distance_floor` for q = 2,
+    above 0 otherwise) of a chunk, with ``a = D^(−1/(q−1))``, ``A_i = Σ_j a_ji`` (into ``A``, (1, m)) and
+    ``u = a/A``. Returns the chunk's objective ``Σ_i A_i^(1−q)`` (as ``Σ_j u_ji^q D_ji = A_i^(1−q)``) and the
+    smallest ``1/A_i`` (for q = 2: 1, not computed).
 
     The rule fails where ``A`` overflows or underflows: then the objective is not finite, or (q ≠ 2) the smallest
     ``1/A`` is 0, and the caller redoes the chunk (:func:`chunk_general`). For q = 2, ``a = 1/D`` (a reciprocal,
-    no power) and ``A`` cannot overflow (``D`` ≥ :func:`distance_floor`); an infinite or NaN distance makes the
+    no power) and ``A`` cannot overflow (``D`` > :func:`distance_floor`); an infinite or NaN distance makes the
     objective infinite or NaN."""
-    a = D.reciprocal_() if q == 2.0 else D.pow_(-1.0 / (q - 1.0))
-    inv = torch.mm(ones, a, out=A).reciprocal_()  # 1/A; a row sum over a few rows is fastest as a GEMV
+    a = np.reciprocal(D, out=D) if q == 2.0 else np.power(D, -1.0 / (q - 1.0), out=D)
+    inv = np.reciprocal(np.matmul(ones, a, out=A), out=A)  # 1/A; a row sum over a few rows is fastest as a GEMV
+    np.multiply(a, inv, out=a)
     if q == 2.0:
-        torch.sum(inv.view(-1), 0, out=objective)
-        return a.mul_(inv).square_()
-    torch.sum(inv.pow(q - 1.0).view(-1), 0, out=objective)
-    torch.amin(inv.view(-1), 0, out=smallest)
-    return a.mul_(inv).pow_(q)
+        np.square(a, out=a)
+        return float(np.add.reduce(inv, axis=None)), 1.0
+    np.power(a, q, out=a)
+    return float(np.add.reduce(np.power(inv, q - 1.0), axis=None)), float(np.minimum.reduce(inv, axis=None))
 
 
 def chunk_general(Ca: torch.Tensor, xc: torch.Tensor, q: float) -> tuple[torch.Tensor, float]:
     """Weights and objective of a chunk by :func:`~densitas.cluster.steps.weights_and_objective`'s rule (zero
-    distances exactly, log domain on overflow): for the chunks where :func:`chunk_weights` fails."""
+    distances exactly, log domain on overflow): for the chunks where :func:`chunk_weights` fails or does not
+    apply."""
     D = torch.mm(Ca, xc).clamp_(min=0.0)
     _u, w, J = weights_and_objective(D, q, dim=0, keep_u=False, overwrite=True)
     return w, float(J)
@@ -127,8 +136,8 @@ class _Pass:
         self.floor = distance_floor(self.k) if q == 2.0 else 0.0
         self.n_chunks = -(-n // rows)
         self.parts = torch.empty((self.n_chunks, self.k, self.d + 1), dtype=torch.float64) if sums else None
-        self.objective = torch.empty(self.n_chunks, dtype=torch.float64)
-        self.smallest = torch.ones(self.n_chunks, dtype=torch.float64)  # smallest 1/A of each chunk (q ≠ 2)
+        self.objective = np.empty(self.n_chunks)
+        self.failed = np.zeros(self.n_chunks, dtype=bool)  # chunks for chunk_general
         self.labels = np.empty(n, dtype=np.int64) if labels else None
         self._next = 0
         self._lock = threading.Lock()
@@ -143,22 +152,30 @@ class _Pass:
     def run(self) -> None:
         """Take chunks until none is left (one thread's share of the pass)."""
         buf = ChunkBuffers(self.k, self.rows)
-        while (c := self.take()) is not None:
-            s = c * self.rows
-            xc = self.Xa[:, s:s + self.rows]
-            D, A = buf.take(xc.shape[1])
-            chunk_distances(self.Ca, xc, self.floor, D)
-            if self.labels is not None:
-                self.labels[s:s + xc.shape[1]] = argmin_t(D).numpy()  # ties: lower index
-            w = chunk_weights(D, A, buf.ones, self.q, self.objective[c], self.smallest[c])
-            if self.parts is not None:
-                torch.mm(w, xc[:self.d + 1].T, out=self.parts[c])
+        xs = self.Xa[:self.d + 1].numpy()  # [x, 1]: the sums' operand
+        parts = self.parts.numpy() if self.parts is not None else None
+        with np.errstate(all="ignore"):  # overflows and NaN are found by the checks below
+            while (c := self.take()) is not None:
+                s = c * self.rows
+                xc = self.Xa[:, s:s + self.rows]
+                Dt, D, A = buf.take(xc.shape[1])
+                smallest = chunk_distances(self.Ca, xc, Dt, D)
+                if self.labels is not None:
+                    # clamped as the general path's distances, for the same ties
+                    self.labels[s:s + xc.shape[1]] = argmin_t(Dt.clamp_(min=0.0)).numpy()  # ties: lower index
+                if not smallest > self.floor:  # a zero, negative or NaN distance: chunk_general
+                    self.failed[c] = True
+                    continue
+                J, inv_min = chunk_weights(D, A, buf.ones, self.q)
+                self.objective[c] = J
+                self.failed[c] = not (math.isfinite(J) and inv_min > 0.0)
+                if parts is not None and not self.failed[c]:
+                    np.matmul(D, xs[:, s:s + xc.shape[1]].T, out=parts[c])
 
     def repair(self) -> None:
-        """Redo the chunks where the fast rule failed (a zero distance for q ≠ 2, an overflow or an underflow)
-        with the general one."""
-        failed = ~torch.isfinite(self.objective) | (self.smallest <= 0)
-        for c in torch.nonzero(failed).view(-1).tolist():
+        """Redo the chunks where the fast rule failed or did not apply (a zero, negative or NaN distance, an
+        overflow or an underflow) with the general one."""
+        for c in np.flatnonzero(self.failed).tolist():
             xc = self.Xa[:, c * self.rows:(c + 1) * self.rows]
             w, self.objective[c] = chunk_general(self.Ca, xc, self.q)
             if self.parts is not None:
@@ -181,10 +198,11 @@ def classic_pass(Xa: torch.Tensor, C: torch.Tensor, shift: torch.Tensor, q: floa
     """
     p = _Pass(Xa, augmented_centroids(C, shift), q, max(int(rows), 1), sums, labels)
     workers = min(torch.get_num_threads(), p.n_chunks)
-    if workers <= 1:
-        p.run()
-    else:
-        _run_threads(p.run, workers)
+    with _RUN_LOCK, _one_blas_thread():
+        if workers <= 1:
+            p.run()
+        else:
+            _run_threads(p.run, workers)
     p.repair()
     total = p.parts.sum(0) if p.parts is not None else None
     return total, math.fsum(p.objective.tolist()), p.labels
@@ -192,11 +210,43 @@ def classic_pass(Xa: torch.Tensor, C: torch.Tensor, shift: torch.Tensor, q: floa
 
 # ------------------------------------------------------------------------------------------- threads
 
-_RUN_LOCK = threading.Lock()  # one threaded pass at a time: PyTorch's thread setting is partly process-wide
+_RUN_LOCK = threading.Lock()  # one pass at a time: the PyTorch and BLAS thread settings are partly process-wide
+
+
+class _BlasControllers:
+    """The BLAS libraries NumPy loaded (threadpoolctl, a dependency of scikit-learn), found on first use."""
+
+    libs: list | None = None
+
+    @classmethod
+    def get(cls) -> list:
+        if cls.libs is None:
+            from threadpoolctl import ThreadpoolController
+
+            cls.libs = ThreadpoolController().select(user_api="blas").lib_controllers
+        return cls.libs
+
+
+@contextlib.contextmanager
+def _one_blas_thread() -> Iterator[None]:
+    """NumPy's BLAS on one thread while the block runs (the chunks' sums GEMMs run in the pass's own threads; a
+    BLAS thread pool inside each would only wait for the other core), the previous counts restored after."""
+    libs = _BlasControllers.get()
+    saved = [lib.get_num_threads() for lib in libs]
+    for lib, had in zip(libs, saved, strict=True):
+        if had != 1:
+            lib.set_num_threads(1)
+    try:
+        yield
+    finally:
+        for lib, had in zip(libs, saved, strict=True):
+            if had != 1:
+                lib.set_num_threads(had)
 
 
 def _run_threads(fn, workers: int) -> None:
-    """Run ``fn`` in ``workers`` new threads, each running PyTorch single-threaded; wait for them.
+    """Run ``fn`` in ``workers`` new threads, each running PyTorch single-threaded; wait for them. The caller
+    holds ``_RUN_LOCK``.
 
     ``torch.set_num_threads(1)`` in a thread sets that thread's OpenMP count and also the default that threads
     started later inherit: the caller's setting is put back once every thread has set its own (a barrier), before
@@ -215,15 +265,14 @@ def _run_threads(fn, workers: int) -> None:
         except BaseException as err:  # re-raised in the caller
             errors.append(err)
 
-    with _RUN_LOCK:
-        threads = [threading.Thread(target=body, name="densitas-fcm", daemon=True) for _ in range(workers)]
-        for t in threads:
-            t.start()
-        try:
-            ready.wait()
-        finally:
-            torch.set_num_threads(saved)
-        for t in threads:
-            t.join()
+    threads = [threading.Thread(target=body, name="densitas-fcm", daemon=True) for _ in range(workers)]
+    for t in threads:
+        t.start()
+    try:
+        ready.wait()
+    finally:
+        torch.set_num_threads(saved)
+    for t in threads:
+        t.join()
     if errors:
         raise errors[0]

@@ -60,9 +60,9 @@ FUSED_FIRST_BATCH = 4
 FUSED_MAX_BATCH = 32
 #: Classic fuzzy c-means on the CPU with float64 data in memory: columns per chunk of the pass over the cached
 #: transposed rows [x, 1, ‖x − s‖²]ᵀ (:func:`densitas.cluster._cpu.classic_pass`, the chunks shared among threads).
-#: At n = 500,000, d = 10, k = 5 on 2 cores: 32,768 and 65,536 within 3% of each other, 16,384 ~10% slower and
-#: 8,192 ~25% slower (each chunk costs ~40 µs of Python and dispatch, partly serialised by the GIL).
-CPU_CLASSIC_ROWS = 32768
+#: A chunk and its (k × rows) block stay in the core's L2 cache for the second GEMM: at n = 500,000, d = 10, k = 5,
+#: 4,096–8,192 columns take ~30% less time per pass than 32,768 (benchmarks/RESULTS.md, 2026-11-25).
+CPU_CLASSIC_ROWS = 8192
 #: GFKM (M < k) on the CPU: every distance from one (k × rows) GEMM, then a top-k along it. False takes the CUDA
 #: route on the CPU too (the operation ``knn_tile_topk`` and exact distances; the tests use it to cover that path).
 CPU_DENSE_SELECT = True
