@@ -90,17 +90,20 @@ def test_streamed_reader_chunks_cuda(tmp_path):
 
 @pytest.mark.parametrize(("n", "d", "k"), [(300_000, 64, 10), (200_000, 128, 100), (150_000, 7, 3)])
 @pytest.mark.parametrize("precision", ["tf32", "fp16"])
-def test_fused_two_piece_cuda_is_exact(precision, n, d, k):
-    """The in-memory fused driver in two pieces (the first seeds the rest), with TF32 or float16 operands, on
-    the real kernel: the float64 answer, ties by the lower index."""
+@pytest.mark.parametrize("pieces", [1, 2])
+def test_fused_driver_cuda_is_exact(precision, pieces, n, d, k):
+    """The in-memory fused driver in one piece or two (the first seeds the rest), with TF32 or float16 operands,
+    on the real kernel: the float64 answer, ties by the lower index."""
     from densitas.neighbors import _triton as fused
 
     X, Y = _data(n, d, n + k)
     X[-7:] *= 1e-4  # tiny rows beside normal ones: float16's scale puts them near its subnormal range
     Xc, Yc = X.cuda(), Y.cuda()
     stats: dict[str, int] = {}
-    D, I_ = fused.fused_kneighbors(Yc, Xc, k, metric="sqeuclidean", precision=precision, stats=stats)
-    assert stats["first_piece"] == n // fused.FIRST_PIECE
+    first = n // fused.FIRST_PIECE if pieces == 2 else 0
+    D, I_ = fused.fused_kneighbors(Yc, Xc, k, metric="sqeuclidean", precision=precision, first_piece=first,
+                                   stats=stats)
+    assert stats["first_piece"] == first
     rd, ri = _brute(Yc, Xc, k)
     assert torch.equal(I_, ri)
     assert torch.allclose(D, rd, rtol=1e-12, atol=1e-9)

@@ -308,7 +308,7 @@ def test_two_piece_search_equals_float64_brute_force(precision, first):
 
 
 def test_two_piece_is_the_default_past_its_threshold(monkeypatch):
-    monkeypatch.setattr(fused, "TWO_PIECE_MIN_ROWS", 64)
+    monkeypatch.setattr(fused, "TWO_PIECE_MIN_ROWS", 64)  # off by default (slower on the H200)
     g = torch.Generator().manual_seed(SEED)
     X, Y = torch.randn(300, 3, generator=g), torch.randn(4, 3, generator=g)
     stats: dict[str, int] = {}

@@ -359,15 +359,17 @@ def fused_kneighbors(Y: torch.Tensor, X: torch.Tensor, k: int, *, metric: str = 
                      stats: dict[str, int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact k nearest rows of ``X`` for each row of ``Y`` through the fused kernel, certified in float64.
 
-    The kernel returns ``kp ≥ k + max(8, k/4)`` candidates per query by TF32 distances of centred data. Their
-    exact float64 distances are computed and sorted (ties by the lower index). A query is *certified* when its
-    exact k-th distance is below the kernel's ``kp``-th distance less the kernel's rounding bound
-    ``ε = 4·(2⁻¹⁰ + d·2⁻²³)·‖q‖·max‖c‖ + (d + 4)·2⁻²²·(‖q‖² + max‖c‖²)`` (TF32 inputs: 10-bit mantissas): no
-    reference outside the candidates can then be nearer. The rest (near-ties at the boundary of the candidate
-    list; more of them the more references there are) run the kernel again with float32 products (``u = 2⁻²³``),
-    and those still uncertified are recomputed by float64 brute force. So the answer equals the float64
-    reference. For (squared) Euclidean distances over many references the kernel first runs on a short first
-    piece of them, whose exact k-th value then seeds its run over the rest (:func:`_two_piece_pass`).
+    The kernel returns ``kp ≥ k + max(8, k/4)`` candidates per query by approximate distances of centred data
+    (float16 operands by default, or TF32: both round each input to 11 significant bits). Their exact float64
+    distances are computed and sorted (ties by the lower index). A query is *certified* when its exact k-th
+    distance is below the kernel's ``kp``-th distance less the kernel's rounding bound
+    ``ε = 4·(2⁻¹⁰ + d·2⁻²³)·‖q‖·max‖c‖ + (d + 4)·2⁻²²·(‖q‖² + max‖c‖²)``, plus float16's absolute term
+    (:func:`densitas.neighbors.distances.rounding_bound`): no reference outside the candidates can then be
+    nearer. The rest (near-ties at the boundary of the candidate list; more of them the more references there
+    are) run the kernel again with float32 products (``u = 2⁻²³``), and those still uncertified are recomputed
+    by float64 brute force. So the answer equals the float64 reference. On request (``first_piece``) the kernel
+    first runs on a piece of the references whose exact k-th values then seed its run over the rest
+    (:func:`_two_piece_pass`).
 
     Parameters
     ----------
@@ -381,8 +383,8 @@ def fused_kneighbors(Y: torch.Tensor, X: torch.Tensor, k: int, *, metric: str = 
     query_chunk : int
         Queries per launch.
     first_piece : int, optional
-        References in the unseeded first piece; default ``n // FIRST_PIECE`` when ``n ≥ TWO_PIECE_MIN_ROWS``
-        (0: one piece).
+        References in an unseeded first piece whose exact k-th values seed the kernel over the rest; default
+        ``n // FIRST_PIECE`` when ``TWO_PIECE_MIN_ROWS`` is set and ``n`` reaches it, else one piece (0).
     stats : dict, optional
         Filled with counts: ``queries``, ``uncertified`` (after the first pass) and ``uncertified_ieee`` (after
         the float32 pass, the ones brute force recomputes).
@@ -432,16 +434,19 @@ def fused_kneighbors(Y: torch.Tensor, X: torch.Tensor, k: int, *, metric: str = 
 def _first_piece(n: int, kp: int, first_piece: int | None) -> int:
     """References in the first (unseeded) piece of :func:`fused_kneighbors`: 0 for one piece."""
     if first_piece is None:
-        first_piece = n // FIRST_PIECE if n >= TWO_PIECE_MIN_ROWS else 0
+        first_piece = n // FIRST_PIECE if TWO_PIECE_MIN_ROWS is not None and n >= TWO_PIECE_MIN_ROWS else 0
     first_piece = int(first_piece)
     return first_piece if kp <= first_piece < n else 0
 
 
-#: The fused driver's first piece is this fraction of the references (the streamed search cuts its first chunk
-#: the same way), from this many references on; its default dot precision.
+#: The fused driver's optional first piece is this fraction of the references (the streamed search cuts its first
+#: chunk the same way), by default from this many references on (None: never — on the H200 two pieces were
+#: 6–10 % slower than one at 100k × 1M × 64, k = 10 and 10k × 1M × 128, k = 100: the running top-k of one pass
+#: fills as fast; benchmarks/RESULTS.md). The default dot precision: float16 operands, 1.18–1.38× faster than
+#: TF32 there (half the bytes per tile, twice the matrix-unit rate), exact either way.
 FIRST_PIECE = 16
-TWO_PIECE_MIN_ROWS = 1 << 17
-FUSED_PRECISION = "tf32"
+TWO_PIECE_MIN_ROWS: int | None = None
+FUSED_PRECISION = "fp16"
 
 # The dot-product precision of the fused kernel inside the exact search, and the unit roundoff that the
 # search's rounding bound must then use (densitas.neighbors.distances.bound_coefficient): TF32 keeps 10 of
