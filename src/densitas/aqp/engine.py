@@ -497,14 +497,23 @@ class Engine:
 
 
 def _answer_frame(labels: dict, values: dict[str, np.ndarray]) -> pd.DataFrame:
-    """The answer: the GROUP BY label columns, then the float columns ``values`` (estimates and bounds) as one
-    block under a column index made once per list of names."""
+    """The answer: the GROUP BY label columns, then the float columns ``values`` (estimates and bounds), under a
+    column index made once per list of names. Built from the columns by pandas' ``DataFrame._from_arrays``
+    (which the public constructors call): 19-30 µs against 100-150 µs through a dict or ``insert`` for a few
+    rows (a tenth of a grouped one-column query); the dict constructor where pandas lacks it."""
     if not values or any(name in values for name in labels):
         return pd.DataFrame({**labels, **values})
-    df = pd.DataFrame(np.column_stack(list(values.values())), columns=_column_index(tuple(values)), copy=False)
-    for i, (name, col) in enumerate(labels.items()):
-        df.insert(i, name, col)
-    return df
+    columns = [*labels.values(), *values.values()]
+    from_arrays = getattr(pd.DataFrame, "_from_arrays", None)
+    if from_arrays is None:  # pragma: no cover - pandas without the internal constructor
+        return pd.DataFrame({**labels, **values})
+    return from_arrays(columns, columns=_column_index((*labels, *values)), index=_row_index(len(columns[0])))
+
+
+@functools.lru_cache(maxsize=64)
+def _row_index(rows: int) -> pd.RangeIndex:
+    """The (immutable) row index of an answer of ``rows`` rows."""
+    return pd.RangeIndex(rows)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -283,7 +283,8 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
         aux = [Auxiliaries(a.rows[order], a.totals) for a in aux]
     G, K = len(N), y.shape[1]
     rg = _RowGroups(gid, G)
-    X = [_Design(a, rg) for a in aux]
+    stack = _Stack.of(aux, rg) if K else None
+    X = stack.designs if stack is not None else [_Design(a, rg) for a in aux]
     p = np.array([x.p for x in X])  # terms per key (the fit's arrays are padded to the most)
     P = int(p.max()) if K else 1
     Xt = np.zeros((K, G, P))  # per key and group the terms' population totals, the intercept's N_g first
@@ -298,10 +299,10 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
     # the fit corrects the difference estimator (the model's own prediction, column 0 of Z, with β = 1): the
     # smallest correction that fits, so terms collinear among the sample rows but not in the table (every
     # sampled row inside the box, say) keep the model's own weights instead of splitting them arbitrarily
-    yk = _WORK.get("yk", (K, m))
+    yk = stack.targets if stack is not None else _WORK.get("yk", (K, m))
     for k, x in enumerate(X):
         np.subtract(yT[k], x.dense[1], out=yk[k])
-    xtx, xty = _normal_equations(X, yk, n, P)
+    xtx, xty = stack.normal_equations(n) if stack is not None else _normal_equations(X, yk, n, P)
     # too few rows for every term: the model's prediction and an intercept only (the first two terms' equations)
     small = (n < MIN_ROWS_PER_TERM * p[:, None]) & (p[:, None] > 2)
     two = _solve(xtx[..., :2, :2].copy(), xty[..., :2].copy(), n, X) if small.any() else None
@@ -321,8 +322,11 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
     c = _g_coefficients(Xt, ginv, fit.xsum, N, n)
     W = np.stack([beta, c], axis=2)  # (K, G, 2, P)
     lev, forms = _WORK.get("lev", (K, m)), _WORK.get("forms", (K, 2, m))
-    for k in range(K):
-        X[k].forms(ginv[k, :, :p[k], :p[k]], W[k, :, :, :p[k]], lev[k], forms[k])
+    if stack is not None:
+        stack.forms(ginv, W, lev, forms)
+    else:
+        for k in range(K):
+            X[k].forms(ginv[k, :, :p[k], :p[k]], W[k, :, :, :p[k]], lev[k], forms[k])
     e = np.subtract(yT, forms[:, 0], out=_WORK.get("e", (K, m)))
     e0 = -beta[..., 0]  # (K, G)
     # for the variance, each residual as if its row had been left out of the fit (e/(1 − h), h its leverage):
@@ -521,6 +525,68 @@ class _Design:
             q_u, l_u = np.empty(len(self.u)), np.empty((W.shape[1], len(self.u)))
             self.rg_u.forms(self.at_u, Q, W, q_u, l_u)
             quad[self.u], lin[:, self.u] = q_u, l_u
+
+
+class _Stack:
+    """Every key's design with every term dense, padded with zero terms to the most terms ``P`` and stacked
+    (K, P + 1, m), each key's fit target (y minus the model's prediction) as row ``P``: with few groups, the
+    per-group products of the fit are one batched product for all keys (:meth:`normal_equations`,
+    :meth:`forms`). Used where no term is kept sparse (:data:`SPARSE_FROM_ROWS`)."""
+
+    def __init__(self, block: np.ndarray, designs: list[_Design], rg: _RowGroups) -> None:
+        self.block, self.designs, self.rg = block, designs, rg
+        self.P = block.shape[1] - 1
+        self.targets = block[:, self.P]  # (K, m), filled by the caller
+
+    @classmethod
+    def of(cls, aux: list[Auxiliaries], rg: _RowGroups) -> _Stack | None:
+        """The stacked layout of the keys' terms ``aux`` on the rows of ``rg``, or None where the per-key layout
+        applies (many groups, or sparse terms kept apart on many rows)."""
+        m = len(rg.gid)
+        if not rg.few or not m or (m > SPARSE_FROM_ROWS and any(a.sparse for a in aux)):
+            return None
+        dense = [a.design if a.design is not None else None for a in aux]
+        d = [len(a.terms) + 1 if x is None else len(x) for a, x in zip(aux, dense, strict=True)]
+        p = [dk + len(a.sparse) for dk, a in zip(d, aux, strict=True)]
+        P = max(p)
+        block = _WORK.get("stack", (len(aux), P + 1, m))
+        designs = []
+        for k, a in enumerate(aux):
+            if dense[k] is None:
+                block[k, 0] = 1.0  # intercept: total N_g
+                block[k, 1:d[k]] = a.terms
+            else:
+                block[k, :d[k]] = dense[k]
+            block[k, d[k]:P] = 0.0
+            for t, (pos, vals) in enumerate(a.sparse):
+                block[k, d[k] + t, pos] = vals
+            designs.append(_Design(None, rg, dense=block[k, :p[k]]))
+        return cls(block, designs, rg)
+
+    def normal_equations(self, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """As :func:`_normal_equations` for every key (its ``y`` the targets): one product per group gives
+        ``Σ x xᵀ`` and ``Σ x y`` (the last column of the product of the design with its target row)."""
+        K, P, G = len(self.block), self.P, self.rg.G
+        xtx, xty = np.zeros((K, G, P, P)), np.zeros((K, G, P))
+        for g, a, b in self.rg.slices:
+            part = self.block[:, :, a:b]
+            full = np.matmul(part, part.transpose(0, 2, 1))
+            xtx[:, g], xty[:, g] = full[:, :P, :P], full[:, :P, P]
+        xtx[:, :, 0, 0] = n
+        return xtx, xty
+
+    def forms(self, Q: np.ndarray, W: np.ndarray, quad: np.ndarray, lin: np.ndarray) -> None:
+        """As :meth:`_Design.forms` for every key: ``Q`` (K, G, P, P), ``W`` (K, G, r, P), written into ``quad``
+        (K, m) and ``lin`` (K, r, m); one product per group."""
+        P = self.P
+        M = np.concatenate([Q, W], axis=2)  # (K, G, P + r, P)
+        rows = max(b - a for _, a, b in self.rg.slices)
+        work = _WORK.get("stack_z", (len(M) * M.shape[2] * rows,))
+        for g, a, b in self.rg.slices:
+            x = self.block[:, :P, a:b]
+            Z = np.matmul(M[:, g], x, out=work[:M.shape[0] * M.shape[2] * (b - a)].reshape(len(M), -1, b - a))
+            np.einsum("kpj,kpj->kj", Z[:, :P], x, out=quad[:, a:b])
+            lin[:, :, a:b] = Z[:, P:]
 
 
 @dataclass

@@ -100,17 +100,18 @@ class _Rows:
         self._bins: dict[int, np.ndarray] = {}
         self._flat: dict[tuple, np.ndarray] = {}
         self._key_values: dict[tuple, np.ndarray] = {}
-        self._position: np.ndarray | None = None  # per sample row its position here (where read)
         self.edges: dict[int, list[_EdgeBin]] = {}  # per predicate column, its cut bins (Synopsis._edge_bins)
         self.inside = np.ones(len(idx), dtype=bool)  # whether the row is in the query's box (set by the caller)
 
     def position(self, sample_rows: np.ndarray) -> np.ndarray:
-        """The positions among these rows of those of the sample's rows ``sample_rows`` that are read."""
-        if self._position is None:
-            self._position = np.full(self._vals_by_col.shape[1], -1, dtype=np.int64)
-            self._position[self.idx] = np.arange(len(self.idx))
-        got = self._position.take(sample_rows)
-        return got[got >= 0]
+        """The positions among these rows (``idx`` is sorted) of those of the sample's rows ``sample_rows`` that
+        are read, in increasing order."""
+        wanted = np.sort(sample_rows)
+        if not len(self.idx):
+            return np.zeros(0, dtype=np.int64)
+        at = self.idx.searchsorted(wanted)
+        found = self.idx.take(at, mode="clip") == wanted
+        return at if found.all() else at[found]
 
     def vals(self, j: int) -> np.ndarray:
         """(m,): column ``j``'s values (NaN where NULL)."""
@@ -700,9 +701,9 @@ class Synopsis:
         Ek = [self._expect(comp, tree.adj, kp, memo) for comp in tree.comps] if len(tree.comps) > 1 else []
         for u in S:  # the model's prediction given u's fine bin (all roots share the model's total)
             ci = tree.comp_of[u]
-            lam = self._root_message(u, tree, kp, memo)
-            others = np.prod([Ek[c] for c in range(len(Ek)) if c != ci], axis=0) if len(Ek) > 1 else np.ones(G)
-            f = lam * others[:, None]
+            f = self._root_message(u, tree, kp, memo)
+            if len(Ek) > 1:  # times the other components' expectations (independent of this one)
+                f = f * np.prod([Ek[c] for c in range(len(Ek)) if c != ci], axis=0)[:, None]
             rows.at(f, u, out=X[t])
             t += 1
             tots.append((self.fine[u] * f).sum(axis=1))
@@ -767,7 +768,7 @@ class Synopsis:
             if point[b - 1] or not width > 0:
                 continue
             first, last = np.searchsorted(sorted_bins, [b, b + 1])  # the bin's sample rows
-            at = np.sort(rows.position(order[first:last]))
+            at = rows.position(order[first:last])
             n_b = self.fine[u][:, b]
             out.append(_EdgeBin(int(b), at, gi[at], (v[at] - lo) / width - 0.5,
                                 (sums[:, b] - lo * n_b) / width - 0.5 * n_b))
