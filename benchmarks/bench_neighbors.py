@@ -191,8 +191,8 @@ def variant_rows(reps: int, seed: int) -> list[dict]:
                              "impl": f"fused {precision}, {'two pieces' if first else 'one piece'}", "s": t,
                              "ratio": base / t, "agree": exact_share(X, Y, k, i_v)})
         kp = fused._pow2(k + max(8, k // 4))
-        for bm, bn, w, st in ([(16, 128, 4, 2), (32, 128, 4, 2), (32, 128, 8, 2), (16, 128, 4, 3), (64, 128, 8, 2)]
-                              if k == 100 else [(64, 64, 4, 3), (64, 128, 4, 3), (128, 128, 8, 3), (128, 64, 4, 3)]):
+        for bm, bn, w, st in ([(16, 128, 4, 2), (32, 128, 4, 2), (16, 128, 2, 2), (16, 128, 2, 3), (16, 128, 4, 4)]
+                              if k == 100 else [(64, 64, 4, 3), (64, 128, 4, 3), (64, 64, 4, 4), (128, 64, 4, 3)]):
             for precision in ("tf32", "fp16"):
                 try:
                     t, _ = timed(lambda X=X, Y=Y, kp=kp, p=precision, bm=bm, bn=bn, w=w, st=st: fused.candidates(
@@ -205,6 +205,28 @@ def variant_rows(reps: int, seed: int) -> list[dict]:
         del X, Y
         torch.cuda.empty_cache()
     return rows
+
+
+def profile_fused(seed: int, m: int = 10_000, n: int = 1_000_000, d: int = 128, k: int = 100) -> None:
+    """Where the fused driver's time goes at 10k × 1M × 128, k = 100 (torch.profiler: CUDA time per kernel,
+    the ten largest) and its certificate counts."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from densitas.neighbors import _triton as fused
+
+    dev = resolve_device("cuda")
+    g = torch.Generator(device=dev).manual_seed(seed)
+    X = torch.randn(n, d, device=dev, generator=g)
+    Y = torch.randn(m, d, device=dev, generator=g)
+    fused.fused_kneighbors(Y, X, k, metric="sqeuclidean")
+    stats: dict[str, int] = {}
+    torch.cuda.synchronize(dev)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fused.fused_kneighbors(Y, X, k, metric="sqeuclidean", stats=stats)
+        torch.cuda.synchronize(dev)
+    print(f"fused driver {m:,} × {n:,} × {d}, k={k}: {stats}", file=sys.stderr)
+    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=12, max_name_column_width=60),
+          file=sys.stderr, flush=True)
 
 
 class _Rows(list):
@@ -455,6 +477,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", action="store_true", help="the fused driver's precision / two-piece variants "
                     "and float16 launch settings at the issue's two in-memory cases (CUDA)")
     ap.add_argument("--no-doc001", action="store_true", help="skip document 001's rows")
+    ap.add_argument("--profile-fused", action="store_true", help="profile the fused driver at 10k × 1M × 128, "
+                    "k = 100 (CUDA)")
     args = ap.parse_args(argv)
     dev = resolve_device(args.device)
     reps = args.reps if args.reps is not None else (3 if args.small else 1)
@@ -466,6 +490,8 @@ def main(argv: list[str] | None = None) -> int:
                                 precisions=tuple(p for p in args.stream_precision.split(",") if p))
         if args.variants:
             rows += variant_rows(reps, args.seed)
+        if args.profile_fused:
+            profile_fused(args.seed)
         if args.block_sweep:
             rows += block_sweep_rows(reps, args.seed)
         if args.profile_masked:
