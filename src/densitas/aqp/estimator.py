@@ -638,14 +638,16 @@ def _solve(xtx: np.ndarray, xty: np.ndarray, n: np.ndarray, X: list[_Design]) ->
     xsum = xtx[:, :, 0, :].copy()  # the intercept's row: each term's sum over the group's rows
     # a term whose values among a group's rows are round-off next to its size elsewhere (a position term
     # whose rows all sit at the middle of their bin, say) is no term there: rescaled, it would take any weight
-    d = np.einsum("kgii->kgi", xtx)
+    d = np.einsum("kgii->kgi", xtx)  # a view of the diagonals: it follows xtx
     dead = _dead_terms(X, d)
     if dead.any():
-        xtx[dead[..., :, None] | dead[..., None, :]] = 0.0
-        xty[dead] = 0.0
+        alive = ~dead
+        xtx *= alive[..., :, None]
+        xtx *= alive[..., None, :]
+        xty *= alive
     # the minimum-norm least-squares solution (in units of each term's scale), group by group
-    d = np.einsum("kgii->kgi", xtx)
-    scale = np.where(d > 0, np.sqrt(np.where(d > 0, d, 1.0)), 1.0)
+    scale = np.sqrt(d)  # (sums of squares: d >= 0)
+    scale[scale == 0] = 1.0
     A = xtx / scale[..., :, None] / scale[..., None, :]
     # directions below √ε (1.5e-8) of the largest eigenvalue are dropped: the normal equations square the terms'
     # condition number, so beyond it the solution is round-off, and terms almost collinear among a group's rows
@@ -653,9 +655,16 @@ def _solve(xtx: np.ndarray, xty: np.ndarray, n: np.ndarray, X: list[_Design]) ->
     # (an answer 8% off with a ±0.1% interval on births with rcond 1e-10)
     rcond = np.maximum(RCOND, MIN_INFORMATION / np.maximum(n, 1))
     inv = _pinv_symmetric(A.reshape(K * G, q, q), np.tile(rcond, K)).reshape(K, G, q, q)
-    beta = np.einsum("kgij,kgj->kgi", inv, xty / scale) / scale
+    beta = np.matmul(inv, (xty / scale)[..., None])[..., 0] / scale
     ginv = inv / scale[..., :, None] / scale[..., None, :]  # (XᵀX)⁺ in the terms' own units
-    return _Fit(np.where(np.isfinite(beta), beta, 0.0), np.where(np.isfinite(ginv), ginv, 0.0), xsum)
+    return _Fit(_finite_or_zero(beta), _finite_or_zero(ginv), xsum)
+
+
+def _finite_or_zero(a: np.ndarray) -> np.ndarray:
+    """``a`` with its entries that are not finite set to 0 (in place)."""
+    if not np.isfinite(a).all():
+        a[~np.isfinite(a)] = 0.0
+    return a
 
 
 def _dead_terms(X: list[_Design], d: np.ndarray) -> np.ndarray:

@@ -207,6 +207,8 @@ class Synopsis:
         self._cell_indexes: dict[tuple, tuple[np.ndarray | None, np.ndarray]] = {}
         self._bin_sum_cache: dict[int, np.ndarray] = {}
         self._sum_start_cache: dict[int, np.ndarray] = {}
+        self._cell_count_cache: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._sum_ratio_cache: dict[tuple, np.ndarray] = {}
         self.read_all_rows = False  # the reference computation: every sample row enters every query
 
     # ---- query resolution -------------------------------------------------------------------------------
@@ -431,11 +433,21 @@ class Synopsis:
     def _cell_mean(self, j: int, x: np.ndarray, starts: np.ndarray) -> np.ndarray:
         """(G, cells): the count-weighted mean of the per-fine-bin ``x`` ((B_j + 1,) or (G, B_j + 1)) of column
         ``j`` within each cell."""
-        w = self.fine[j]
-        num = np.add.reduceat(w * x, starts, axis=1)
-        den = np.add.reduceat(w, starts, axis=1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(den > 0, num / np.where(den > 0, den, 1), 0.0)
+        num = np.add.reduceat(self.fine[j] * x, starts, axis=1)
+        filled, den = self._cell_counts(j, starts)
+        num /= den
+        num *= filled  # 0 in empty cells
+        return num
+
+    def _cell_counts(self, j: int, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per group and cell (cells: runs of fine bins of column ``j`` from ``starts``, a map's cached starts):
+        whether the cell holds rows (1.0 or 0.0) and its row count (1 where none); computed once per map."""
+        key = (j, id(starts))
+        got = self._cell_count_cache.get(key)
+        if got is None or got[0] is not starts:  # (the starts kept with it: their id names them while cached)
+            den = np.add.reduceat(self.fine[j], starts, axis=1)
+            got = self._cell_count_cache[key] = (starts, (den > 0).astype(np.float64), np.where(den > 0, den, 1))
+        return got[1], got[2]
 
     def _message(self, pair: Pair, v: int, lam_v: np.ndarray) -> np.ndarray:
         """E[lambda_v(x_v) | x_u's cell] for each fine bin of u, through the grid of ``pair``, (G, B_u + 1)."""
@@ -554,12 +566,20 @@ class Synopsis:
             out[j] = phis[j] * self._value_factor(key)
             return out
         u = max(S, key=lambda x: self.scores.get((min(x, j), max(x, j)), 0.0))
-        cmap, tot = self.sums[u]
-        n_c = tot[("n", None)]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            ratio = np.where(n_c > 0, tot[(kind, j)] / np.where(n_c > 0, n_c, 1), 0.0)
-        out[u] = phis[u] * ratio[:, cmap]
+        out[u] = phis[u] * self._sum_ratio(u, key)
         return out
+
+    def _sum_ratio(self, u: int, key: tuple[str, int]) -> np.ndarray:
+        """(G, B_u + 1): per fine bin of ``u``, the mean of the key's value (SUM) or its non-NULL share over the
+        rows of the bin's cell of ``u``'s sum grid (0 in empty cells); computed once per column and key."""
+        got = self._sum_ratio_cache.get((u, key))
+        if got is None:
+            cmap, tot = self.sums[u]
+            n_c = tot[("n", None)]
+            with np.errstate(invalid="ignore", divide="ignore"):
+                ratio = np.where(n_c > 0, tot[key] / np.where(n_c > 0, n_c, 1), 0.0)
+            got = self._sum_ratio_cache[(u, key)] = ratio[:, cmap]
+        return got
 
     def _sample_bins(self) -> np.ndarray:
         """(n, J): each sample row's fine bin per column (0 = NULL), as the build assigned them."""
