@@ -91,14 +91,14 @@ class _Rows:
     when first asked for."""
 
     def __init__(self, idx: np.ndarray, gid: np.ndarray, vals_by_col: np.ndarray, bins_by_col: np.ndarray,
-                 cell_index: Callable[[int, int, np.ndarray | None], np.ndarray]) -> None:
+                 cell_index: Callable[[int], np.ndarray]) -> None:
         self.idx = idx  # (m,) positions in the sample
         self.gid = gid  # (m,) group
         self._vals_by_col, self._bins_by_col = vals_by_col, bins_by_col  # (J, n) the whole sample's
-        self._cell_index = cell_index  # the whole sample's flat (group, cell) index (Synopsis._cell_index)
+        self._cell_index = cell_index  # the whole sample's flat (group, fine bin) index (Synopsis._cell_index)
         self._vals: dict[int, np.ndarray] = {}
         self._bins: dict[int, np.ndarray] = {}
-        self._flat: dict[tuple, np.ndarray] = {}
+        self._flat: dict[int, np.ndarray] = {}  # per column, the rows' flat (group, fine bin) index
         self._key_values: dict[tuple, np.ndarray] = {}
         self.edges: dict[int, list[_EdgeBin]] = {}  # per predicate column, its cut bins (Synopsis._edge_bins)
         self.inside = np.ones(len(idx), dtype=bool)  # whether the row is in the query's box (set by the caller)
@@ -130,11 +130,14 @@ class _Rows:
     def at(self, table: np.ndarray, j: int, cells: np.ndarray | None = None,
            out: np.ndarray | None = None) -> np.ndarray:
         """(m,): ``table[g, c]`` (``table`` (G, C)) at each row's group ``g`` and cell ``c``: its fine bin of column
-        ``j``, or ``cells[bin]`` (a map of the bins to coarser cells); written into ``out`` when given."""
-        key = (j, table.shape[1], id(cells) if cells is not None else None)
-        flat = self._flat.get(key)
+        ``j``, or ``cells[bin]`` (a map of the bins to coarser cells); written into ``out`` when given. A coarse
+        table is first spread over the fine bins (G × bins, small), so every table of a column is read through the
+        column's one index of the rows' (group, fine bin)."""
+        if cells is not None:
+            table = table.take(cells, axis=1)
+        flat = self._flat.get(j)
         if flat is None:
-            flat = self._flat[key] = self._cell_index(j, table.shape[1], cells).take(self.idx)
+            flat = self._flat[j] = self._cell_index(j).take(self.idx)
         return table.take(flat, out=out, mode="clip")  # in range by construction; "raise" buffers ``out``
 
     def key_values(self, key: tuple[str, int | None]) -> np.ndarray:
@@ -204,7 +207,7 @@ class Synopsis:
         self._bin_order: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._spreads: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._cell_bounds: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
-        self._cell_indexes: dict[tuple, tuple[np.ndarray | None, np.ndarray]] = {}
+        self._cell_indexes: dict[int, np.ndarray] = {}
         self._bin_sum_cache: dict[int, np.ndarray] = {}
         self._sum_start_cache: dict[int, np.ndarray] = {}
         self._cell_count_cache: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
@@ -656,16 +659,13 @@ class Synopsis:
             got = self._cell_bounds[which] = (starts[run], np.append(starts[1:], len(cmap))[run] - 1)
         return got
 
-    def _cell_index(self, j: int, width: int, cells: np.ndarray | None) -> np.ndarray:
-        """(n,): per sample row ``g·width + c``, its group ``g`` and its cell ``c`` of column ``j``: its fine bin, or
-        ``cells[bin]`` (a map of the fine bins to ``width`` cells); an index into a (G, width) table. Computed
-        once per map."""
-        key = (j, width, id(cells) if cells is not None else None)
-        got = self._cell_indexes.get(key)
-        if got is None or got[0] is not cells:  # (the map kept with it: its id names it while cached)
-            b = self._bins_by_col[j] if cells is None else np.asarray(cells).take(self._bins_by_col[j])
-            got = self._cell_indexes[key] = (cells, self.s_gid * width + b)
-        return got[1]
+    def _cell_index(self, j: int) -> np.ndarray:
+        """(n,): per sample row ``g·(B_j + 1) + b``, its group ``g`` and its fine bin ``b`` of column ``j``: an
+        index into a (G, B_j + 1) table. Computed once per column."""
+        got = self._cell_indexes.get(j)
+        if got is None:
+            got = self._cell_indexes[j] = self.s_gid * self.fine[j].shape[1] + self._bins_by_col[j]
+        return got
 
     def _sorted_by_bin(self, u: int) -> tuple[np.ndarray, np.ndarray]:
         """The sample's positions ordered by their fine bin of ``u``, and those bins."""
