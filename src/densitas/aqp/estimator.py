@@ -229,6 +229,20 @@ class GroupTotals:
         True
         """
         ss = np.einsum("gk,gkl,gl->g", W, self.residual_scatter[gids], W)  # of the combined residuals
+        return self.residual_variance(gids, ss, ks)
+
+    def residual_variance(self, gids: np.ndarray, ss: np.ndarray, ks: list[int]) -> np.ndarray:
+        """(len(gids),): the variance of an expanded total whose combined residuals (of the keys ``ks``) have
+        the sum of squared deviations ``ss`` over each group's sample rows: ``N²(1 − n/N)/n · ss/df``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> t = regression_totals(np.array([[1.0], [0.0], [1.0]]), [Auxiliaries(np.ones((3, 1)), np.array([[9.0]]))],
+        ...                       np.zeros(3, dtype=int), np.array([9.0]), np.array([3.0]))
+        >>> round(float(t.residual_variance(np.array([0]), np.array([2.0]), [0])[0]), 9)  # 9²·(1 − 3/9)/3 · 2/2
+        18.0
+        """
         df = self.df[gids][:, ks].min(axis=1)
         s2e = np.where(df > 0, ss / np.maximum(df, 1), 0.0)
         return self.expansion[gids] * np.maximum(s2e, 0.0)

@@ -506,18 +506,18 @@ class Synopsis:
         aux = [self._auxiliaries(k, S, phis, kp, tree, rows, _shared_messages(memo, tree, phis, kp), slot)
                for slot, (k, kp) in enumerate(zip(keys, keyphis, strict=True))]
         totals = regression_totals(y.T, aux, rows.gid, self.N, self.n)
-        rv_place = self._placement(S, phis, box)
-        y2 = self._moments(tuple(keys))
-        n_g = np.maximum(self.n, 1)
+        # the placement variance: relative (_placement) times count² times E[(Σ w y)²] among the group's rows, a
+        # quadratic form in the keys' weights through their moments; taken with the residuals' in one product
+        place = self._placement(S, phis, box) * count ** 2 / np.maximum(self.n, 1)
+        quadratic = np.stack([totals.residual_scatter, self._moments(tuple(keys))], axis=1)  # (G, 2, K, K)
         K = len(keys)
 
         def var_fn(gids, ks, ws):
             W = np.zeros((len(gids), K))
             for k, wk in zip(ks, ws, strict=True):
                 W[:, k] += wk
-            u2m = np.einsum("gk,gkl,gl->g", W, y2[gids], W) / n_g[gids]  # E[(Σ w y)^2] among the group's rows
-            place = rv_place[gids] * count[gids] ** 2 * u2m
-            return totals.variance_of(gids, W, ks) + place
+            scatter, moment = np.einsum("gk,gjkl,gl->jg", W, quadratic[gids], W)
+            return totals.residual_variance(gids, scatter, ks) + place[gids] * moment
 
         return totals.value, var_fn, self._support(rows)
 
