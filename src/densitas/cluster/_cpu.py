@@ -245,34 +245,33 @@ def _one_blas_thread() -> Iterator[None]:
 
 
 def _run_threads(fn, workers: int) -> None:
-    """Run ``fn`` in ``workers`` new threads, each running PyTorch single-threaded; wait for them. The caller
-    holds ``_RUN_LOCK``.
+    """Run ``fn`` in the calling thread and in ``workers − 1`` new threads, each running PyTorch single-threaded;
+    wait for them. The caller holds ``_RUN_LOCK``.
 
-    ``torch.set_num_threads(1)`` in a thread sets that thread's OpenMP count and also the default that threads
-    started later inherit: the caller's setting is put back once every thread has set its own (a barrier), before
-    any of them runs ``fn`` — so no thread's late start can leave the process at one thread. The first error of a
-    thread is raised here after all have finished.
+    The calling thread works too, from the start: a new thread can take milliseconds to be scheduled on a loaded
+    machine, and the chunks it does not take the others do. ``torch.set_num_threads(1)`` in the calling thread
+    also sets the default that threads started later inherit (the new ones here): the caller's setting is put
+    back once all have finished. The first error of a thread is raised here after all have finished.
     """
     saved = torch.get_num_threads()
-    ready = threading.Barrier(workers + 1)
     errors: list[BaseException] = []
 
     def body() -> None:
         torch.set_num_threads(1)
-        ready.wait()
         try:
             fn()
         except BaseException as err:  # re-raised in the caller
             errors.append(err)
 
-    threads = [threading.Thread(target=body, name="densitas-fcm", daemon=True) for _ in range(workers)]
-    for t in threads:
-        t.start()
+    torch.set_num_threads(1)
     try:
-        ready.wait()
+        threads = [threading.Thread(target=body, name="densitas-fcm", daemon=True) for _ in range(workers - 1)]
+        for t in threads:
+            t.start()
+        body()
+        for t in threads:
+            t.join()
     finally:
         torch.set_num_threads(saved)
-    for t in threads:
-        t.join()
     if errors:
         raise errors[0]
