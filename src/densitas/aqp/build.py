@@ -10,9 +10,11 @@ combination of ``G`` values present (a *group*):
   at build time on a 16 × 16 probe grid of every pair (the total-variation distance between the pair's joint
   histogram and the product of its marginals, less what sampling noise alone gives); the pairs that carry it
   get grids, the most dependent ones the finest, sparse, within the byte budget (by default 1% of the table's
-  storage). Independent pairs cost nothing;
+  storage). Independent pairs keep their probe grid where the budget has room (the regression estimator's
+  interaction term: :func:`choose_pair_resolutions`);
 * a seeded, stratified random sample of rows, which checks the model for bias on every query and feeds the
-  KDE estimator (see :mod:`densitas.aqp.synopsis`).
+  KDE estimator (see :mod:`densitas.aqp.synopsis`); its rows count against the budget at their compact cost
+  (:func:`sample_row_bytes`), as the table's storage is counted compressed.
 
 Everything is written to the ``densitas`` schema of the same database inside one transaction: a build that
 fails leaves the previous synopsis of the table untouched and usable. The tables and their columns are those of
