@@ -214,7 +214,8 @@ def test_bad_build_input(mem_engine):
 
 
 def test_dependent_pairs_get_grids_and_chains_stay_accurate(mem_engine):
-    """Dependence is detected on the probe grid: only the dependent pairs get grids. A chain a -> b -> c
+    """Dependence is detected on the probe grid: only the dependent pairs get fine grids (the independent ones a
+    coarse grid at the probe's resolution, the regression's interaction term). A chain a -> b -> c
     (b = a + noise, c = b + noise) with an independent d is answered through the tree of the two pair grids,
     where the product of marginals would be far off."""
     con = mem_engine.con
@@ -225,9 +226,14 @@ def test_dependent_pairs_get_grids_and_chains_stay_accurate(mem_engine):
     meta = mem_engine.build("t", budget_bytes=600_000)
     import json
 
-    pairs = {tuple(p["cols"]) for p in json.loads(meta["grids"])["pairs"]}
-    assert {(0, 1), (1, 2)} <= pairs  # a-b and b-c carry the dependence
-    assert not any(3 in p for p in pairs)  # d is independent of everything
+    grids = json.loads(meta["grids"])
+    res = {tuple(p["cols"]): p["res"] for p in grids["pairs"]}
+    scores = {tuple(s[:2]): s[2] for s in grids["scores"]}
+    assert {(0, 1), (1, 2)} <= set(res)  # a-b and b-c carry the dependence
+    assert all(r > build_mod.PROBE_RES for p in ((0, 1), (1, 2)) for r in res[p])  # finer than the probe
+    # d is independent of everything: no dependence, and no grid finer than the probe's
+    assert all(scores[p] < build_mod.BuildOptions().min_dependence for p in scores if 3 in p)
+    assert all(r <= build_mod.PROBE_RES for p in res if 3 in p for r in res[p])
     for sql in ["SELECT COUNT(*) AS v FROM t WHERE a < 0.3 AND c > 0.3",
                 "SELECT COUNT(*) AS v FROM t WHERE a BETWEEN 0.2 AND 0.4 AND c BETWEEN 0.35 AND 0.5 AND d < 0.5",
                 "SELECT SUM(c) AS v FROM t WHERE a < 0.25 AND b > 0.22"]:

@@ -84,7 +84,8 @@ def reference(files: list[str], columns, group_by, **opts) -> store.StoredSynops
         eng.con.execute("CREATE TABLE t AS SELECT * FROM read_parquet(?) LIMIT 0", [files[0]])
         for f in files:
             eng.con.execute("INSERT INTO t SELECT * FROM read_parquet(?)", [f])
-        eng.build("t", columns, group_by, **opts)
+        # the partitioned build counts sample rows at their nominal width and stores no independent pairs
+        eng.build("t", columns, group_by, **{"compact_sample": False, "independent_pairs": False, **opts})
         return store.read(eng.con, "t")
     finally:
         eng.close()

@@ -10,9 +10,11 @@ combination of ``G`` values present (a *group*):
   at build time on a 16 × 16 probe grid of every pair (the total-variation distance between the pair's joint
   histogram and the product of its marginals, less what sampling noise alone gives); the pairs that carry it
   get grids, the most dependent ones the finest, sparse, within the byte budget (by default 1% of the table's
-  storage). Independent pairs cost nothing;
+  storage). Independent pairs keep their probe grid where the budget has room (the regression estimator's
+  interaction term: :func:`choose_pair_resolutions`);
 * a seeded, stratified random sample of rows, which checks the model for bias on every query and feeds the
-  KDE estimator (see :mod:`densitas.aqp.synopsis`).
+  KDE estimator (see :mod:`densitas.aqp.synopsis`); its rows count against the budget at their compact cost
+  (:func:`sample_row_bytes`), as the table's storage is counted compressed.
 
 Everything is written to the ``densitas`` schema of the same database inside one transaction: a build that
 fails leaves the previous synopsis of the table untouched and usable. The tables and their columns are those of
@@ -90,7 +92,7 @@ class BuildOptions:
     --------
     >>> opts = BuildOptions(budget_fraction=0.02, max_sample_rows=10_000)
     >>> opts.check(); opts.shares
-    (0.7, 0.1, 0.05, 0.15)
+    (0.5, 0.15, 0.15, 0.2)
     >>> from densitas.exceptions import InputError
     >>> try:
     ...     BuildOptions(max_sample_rows=5).check()
@@ -114,11 +116,18 @@ class BuildOptions:
     seed: int = 0
     bandwidth: str = "plugin"  # densitas.kde method for the KDE estimator's per-column bandwidths
     # budget shares: sample, 1-D histograms, sum grids, pair grids (what the others leave goes to the sample);
-    # chosen on the tuning tables (lineitem, synthetic, fertility) among (.15,.3,.2,.35), (.5,.15,.1,.25) and these
-    shares: tuple[float, float, float, float] = (0.70, 0.10, 0.05, 0.15)
+    # chosen on the tuning tables (lineitem, synthetic, fertility) among (.15,.3,.2,.35), (.5,.15,.1,.25) and
+    # (.7,.1,.05,.15) with nominal sample rows; with compact rows (compact_sample) among (.7,.1,.05,.15), these,
+    # (.4,.15,.25,.2) and (.3,.2,.25,.25) (benchmarks/RESULTS.md, "Accuracy, continued")
+    shares: tuple[float, float, float, float] = (0.50, 0.15, 0.15, 0.20)
     # a column whose values only grow as rows are appended (an id, a load date): Engine.refresh merges the rows
     # above its maximum at build time. None: DuckDB's row ids (PostgreSQL has no ordered row id: refresh rebuilds)
     append_key: str | None = None
+    # pairs below min_dependence get a coarse (probe resolution) grid where the pair budget has room: the
+    # regression's auxiliary for the interaction of two predicates (see choose_pair_resolutions)
+    independent_pairs: bool = True
+    # sample rows count at their compact cost (sample_row_bytes), not their nominal width, against the budget
+    compact_sample: bool = True
 
     def check(self) -> None:
         if self.budget_bytes is not None and (not isinstance(self.budget_bytes, int) or self.budget_bytes <= 0):
@@ -347,6 +356,7 @@ class Plan:
     budget: int
     n_groups: int
     bins: list[int]
+    sample_row_bytes: float | None = None  # a sample row's cost (:func:`sample_row_bytes`); None: nominal
 
 
 def plan_bins(infos: list[ColumnInfo], n_groups: int, opts: BuildOptions, table_bytes: int) -> Plan:
@@ -593,9 +603,12 @@ def sum_grid_resolutions(infos: list[ColumnInfo], plan: Plan, opts: BuildOptions
     return sum_res
 
 
-def probe_dependence(con: Connector, binned: Binned, plan: Plan) -> dict[tuple[int, int], float]:
+def probe_dependence(con: Connector, binned: Binned, plan: Plan, grids: dict | None = None
+                     ) -> dict[tuple[int, int], float]:
     """The dependence score (:func:`dependence`) of every pair of columns, from one GROUPING SETS query of
-    every pair's 16 x 16 probe histogram per group."""
+    every pair's 16 x 16 probe histogram per group. ``grids``, when given, receives each pair's probe grid in
+    the format of :func:`finest_pair_grids` (exact counts, NULL cells included: a pair grid of resolution
+    ``min(bins, 16)`` per dimension, for no further scan)."""
     k, bins = binned.n_columns, plan.bins
     pairs_all = list(itertools.combinations(range(k), 2))
     scores: dict[tuple[int, int], float] = {}
@@ -619,6 +632,8 @@ def probe_dependence(con: Connector, binned: Binned, plan: Plan) -> dict[tuple[i
             if j not in (a_, b_):
                 sel &= np.isnan(pv[j])
         ca, cb = pv[a_][sel].astype(np.int64), pv[b_][sel].astype(np.int64)
+        if grids is not None:
+            grids[(a_, b_)] = ((probe[a_], probe[b_]), (gid_a[sel], ca, cb, n_a[sel].astype(np.int64)))
         keep = (ca > 0) & (cb > 0)
         h = np.zeros((plan.n_groups, probe[a_], probe[b_]))
         np.add.at(h, (gid_a[sel][keep], ca[keep] - 1, cb[keep] - 1), n_a[sel][keep])
@@ -641,13 +656,24 @@ class PairGrid:
 
 
 def write_pair_grids(con: Connector, tables: SynopsisTables, binned: Binned, infos: list[ColumnInfo], plan: Plan,
-                     scores: dict[tuple[int, int], float], opts: BuildOptions, say: Callable[[str, float], None]
-                     ) -> list[PairGrid]:
+                     scores: dict[tuple[int, int], float], opts: BuildOptions, say: Callable[[str, float], None],
+                     probe_grids: dict | None = None) -> list[PairGrid]:
     """Grids for the dependent pairs (:func:`_choose_pairs`) in what the histograms and sum grids left of the
     budget (the pair grids are sparse), less the sample's share."""
-    pair_budget = plan.budget * (1 - opts.shares[0]) - stored_bytes(con, tables, "marg", "sums", "edges", "groups")
-    chosen = _choose_pairs(con, binned, infos, plan.bins, scores, opts, pair_budget, say)
+    pair_budget = plan.budget - pair_reserve(plan, opts) - stored_bytes(con, tables, "marg", "sums", "edges",
+                                                                         "groups")
+    chosen = _choose_pairs(con, binned, infos, plan.bins, scores, opts, pair_budget, say, probe_grids)
     return insert_pair_grids(con, tables, chosen, scores)
+
+
+def pair_reserve(plan: Plan, opts: BuildOptions) -> float:
+    """Bytes kept from the pair grids for the sample: its share of the budget, but no more than
+    ``max_sample_rows`` rows (``sample_size`` when given) cost at :attr:`Plan.sample_row_bytes` — beyond that
+    the sample would not use them, and the grids do."""
+    share = opts.shares[0] * plan.budget
+    if not plan.sample_row_bytes:
+        return share
+    return min(share, (opts.sample_size or opts.max_sample_rows) * plan.sample_row_bytes)
 
 
 def insert_pair_grids(con: Connector, tables: SynopsisTables, chosen: list, scores: dict[tuple[int, int], float]
@@ -706,11 +732,42 @@ def sample_salt(seed: int) -> int:
     return int(seed) * 7919 + 1
 
 
-def sample_target(opts: BuildOptions, budget: int, used: int, k: int, n_rows: int) -> int:
+def sample_target(opts: BuildOptions, budget: int, used: int, k: int, n_rows: int,
+                  row_bytes: float | None = None) -> int:
     """The sample's rows: ``sample_size`` when given, else what the other tables (``used`` bytes) left of the
-    budget, at least 2,000 and at most ``max_sample_rows``; never more than the table's rows."""
-    n_sample = opts.sample_size or int(min(opts.max_sample_rows, max(2000, (budget - used) / (2 + 8 * k))))
+    budget at ``row_bytes`` a row (default the nominal ``2 + 8k``; :func:`sample_row_bytes`), at least 2,000 and
+    at most ``max_sample_rows``; never more than the table's rows."""
+    per_row = row_bytes or (2 + 8 * k)
+    n_sample = opts.sample_size or int(min(opts.max_sample_rows, max(2000, (budget - used) / per_row)))
     return min(n_sample, n_rows)
+
+
+def sample_row_bytes(infos: Sequence[ColumnInfo], n_groups: int) -> float:
+    """What one sample row costs stored compactly, in bytes: per column the bits of its values on their value
+    grid — ``log2`` of the grid points between its smallest and largest value (integers, decimals, dates:
+    ``step`` > 0), or of its distinct values for a discrete column — else a full 8-byte DOUBLE, one more bit
+    where it holds NULLs; and the bits of a group id. The table's budget is a fraction of its *compressed*
+    storage, and the sample's DOUBLE columns are stored compressed as well (DuckDB's ALP encodes a column of
+    values on a decimal grid in about these bits: measured 12.4 bytes a row on lineitem's seven columns, 7.9 on
+    flights' five, against the nominal 58 and 42), so rows are counted at this cost, not their nominal width.
+
+    Examples
+    --------
+    >>> from densitas.aqp.columns import ColumnInfo
+    >>> day = ColumnInfo("d", "DATE", "date", 1.0, lo=0.0, hi=2525.0, distinct=2526)   # 12 bits
+    >>> price = ColumnInfo("p", "DOUBLE", "float", 0.0, lo=0.5, hi=9.5, distinct=10**6)  # 64 bits
+    >>> sample_row_bytes([day, price], n_groups=4)                                      # + 2 bits of group id
+    9.75
+    """
+    bits = math.log2(max(n_groups, 1)) if n_groups > 1 else 0.0
+    for info in infos:
+        options = [64.0]
+        if info.step > 0 and math.isfinite(info.hi - info.lo):
+            options.append(math.log2((info.hi - info.lo) / info.step + 1))
+        if info.discrete and info.distinct > 0:
+            options.append(math.log2(info.distinct + 1))
+        bits += math.ceil(max(min(options), 1.0)) + (1 if info.nullable else 0)
+    return math.ceil(bits) / 8
 
 
 def draw_sample(con: Connector, tables: SynopsisTables, binned: Binned, plan: Plan, n_rows: int,
@@ -724,7 +781,7 @@ def draw_sample(con: Connector, tables: SynopsisTables, binned: Binned, plan: Pl
     """
     k = binned.n_columns
     used = stored_bytes(con, tables, "marg", "sums", "pairs", "edges", "groups")
-    n_sample = sample_target(opts, plan.budget, used, k, n_rows)
+    n_sample = sample_target(opts, plan.budget, used, k, n_rows, plan.sample_row_bytes)
     groups = tables.groups.table(tables.id)
     gsizes = np.array(con.fetch_rows(sqlglot.select(_col("n")).from_(groups).order_by(_col("gid"))),
                       dtype=np.int64).ravel()
@@ -829,6 +886,8 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
     plan = plan_bins(infos, count_groups(con, table, cols.group_by, opts.max_groups), opts, stats.table_bytes)
     say("bins", 0.15)
     find_bin_edges(con, table, infos, plan, stats.rows, opts.seed)
+    if opts.compact_sample:
+        plan.sample_row_bytes = sample_row_bytes(infos, plan.n_groups)
 
     tables = SynopsisTables.of(uuid.uuid4().hex[:12], infos, cols.group_types)
     old_ids = catalog_ids(con, table)
@@ -839,8 +898,9 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
         write_histograms(con, tables, binned, infos)
         sum_res = write_sum_grids(con, tables, binned, infos, plan, opts)
         say("dependence", 0.4)
-        scores = probe_dependence(con, binned, plan)
-        grids = write_pair_grids(con, tables, binned, infos, plan, scores, opts, say)
+        probe_grids: dict = {}
+        scores = probe_dependence(con, binned, plan, probe_grids if opts.independent_pairs else None)
+        grids = write_pair_grids(con, tables, binned, infos, plan, scores, opts, say, probe_grids)
         say("sample", 0.9)
         sample = draw_sample(con, tables, binned, plan, stats.rows, opts)
         say("bandwidths", 0.95)
@@ -854,7 +914,9 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
                                        "max_bins": opts.max_bins, "append": append,
                                        "thresholds": sample.thresholds, "build": dataclasses.asdict(opts)}),
                 "bandwidths": json.dumps(bandwidths),
-                "size_bytes": stored_bytes(con, tables, "marg", "sums", "pairs", "sample", "edges", "groups"),
+                "size_bytes": stored_bytes(con, tables, "marg", "sums", "pairs", "edges", "groups")
+                + (round(sample.rows * plan.sample_row_bytes) if plan.sample_row_bytes
+                   else stored_bytes(con, tables, "sample")),
                 "table_bytes": stats.table_bytes}
         swap_catalog(con, meta, old_ids)
     say("done", 1.0)
@@ -920,19 +982,32 @@ def finest_pair_grids(con: Connector, binned: Binned, bins: list[int], cand: lis
 
 
 def _choose_pairs(con: Connector, binned: Binned, infos: list[ColumnInfo], bins: list[int], scores: dict,
-                  opts: BuildOptions, budget: float, say: Callable[[str, float], None]) -> list:
+                  opts: BuildOptions, budget: float, say: Callable[[str, float], None],
+                  probe_grids: dict | None = None) -> list:
     """The pair grids to store: ``[(pair, (res0, res1), (gid, c0, c1, n))]``. Dependent pairs (score at least
     ``min_dependence``) in decreasing score each get a grid, starting at 16 x 16 and doubling the resolution in
     rounds, most dependent first, while the sparse cell count (exact, from the finest grid GROUP BY computed in
     the database) fits the budget."""
     cand = candidate_pairs(scores, opts)
-    return choose_pair_resolutions(finest_pair_grids(con, binned, bins, cand, opts, say), bins, cand, opts, budget)
+    finest = finest_pair_grids(con, binned, bins, cand, opts, say)
+    coarse = {p: g for p, g in (probe_grids or {}).items() if p not in finest}
+    return choose_pair_resolutions(finest, bins, cand, opts, budget, coarse)
 
 
 def choose_pair_resolutions(finest: dict, bins: list[int], cand: list[tuple[int, int]], opts: BuildOptions,
-                            budget: float) -> list:
+                            budget: float, coarse: dict | None = None) -> list:
     """From the candidates' finest grids (:func:`finest_pair_grids`), the grids to store (see
-    :func:`_choose_pairs`)."""
+    :func:`_choose_pairs`).
+
+    ``coarse``: grids of the other pairs (independent ones) at one resolution (the probe's, 16 x 16), stored as
+    they are, after the candidates' starting grids and before their doubling rounds, in column order, while
+    they fit. The model of an independent pair needs no grid, but the regression estimator does: a query with
+    predicates on both columns has ``y = 1_A·1_B``, which no sum of one-column terms fits (for two halves a third
+    of ``y``'s variance is the interaction; three columns: four sevenths beyond the main effects, of which the
+    pair terms take three), and the exact cell counts make the product of the box's cell shares an auxiliary
+    with a known total (:mod:`densitas.aqp.estimator`).
+    """
+    coarse = {p: g for p, g in (coarse or {}).items() if p not in cand and p not in finest}
     levels = {p: (_levels(bins[p[0]], opts.max_pair_res), _levels(bins[p[1]], opts.max_pair_res)) for p in cand}
 
     def at(p, li):
@@ -957,6 +1032,13 @@ def choose_pair_resolutions(finest: dict, bins: list[int], cand: list[tuple[int,
         if used + size <= budget:
             state[p] = (start[p], res, cells)
             used += size
+    extra_grids = []
+    for p in sorted(coarse):  # the independent pairs' coarse grids (docstring)
+        res, cells = coarse[p]
+        size = len(cells[0]) * PAIR_CELL_BYTES
+        if used + size <= budget:
+            extra_grids.append((p, tuple(res), cells))
+            used += size
     grown = True
     while grown:  # doubling rounds
         grown = False
@@ -973,7 +1055,7 @@ def choose_pair_resolutions(finest: dict, bins: list[int], cand: list[tuple[int,
                 state[p] = (li + 1, nres, ncells)
                 used += extra
                 grown = True
-    return [(p, state[p][1], state[p][2]) for p in cand if p in state]
+    return [(p, state[p][1], state[p][2]) for p in cand if p in state] + extra_grids
 
 
 def _coarsen(c: np.ndarray, res_from: int, res_to: int, bins: int) -> np.ndarray:

@@ -466,7 +466,8 @@ def build_parquet(con: Connector, name: str, files: str | Sequence[str], columns
     --------
     See the module docstring.
     """
-    opts = options or b.BuildOptions()
+    # not here yet: compact sample accounting and the independent pairs' probe grids (the probe is a hash sample)
+    opts = dataclasses.replace(options or b.BuildOptions(), compact_sample=False, independent_pairs=False)
     opts.check()
     if opts.append_key is not None:
         raise InputError("The 'append_key' parameter does not apply to a build from Parquet files (a refresh reads "
