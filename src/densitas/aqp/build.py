@@ -770,6 +770,13 @@ def sample_row_bytes(infos: Sequence[ColumnInfo], n_groups: int) -> float:
     return math.ceil(bits) / 8
 
 
+def synopsis_bytes(con: Connector, tables: SynopsisTables, sample_rows: int, row_bytes: float | None) -> int:
+    """A synopsis' size against its budget: its tables' rows at their row widths, the sample's rows at
+    ``row_bytes`` each (:func:`sample_row_bytes`; None: their nominal width)."""
+    rest = stored_bytes(con, tables, "marg", "sums", "pairs", "edges", "groups")
+    return rest + (round(sample_rows * row_bytes) if row_bytes else stored_bytes(con, tables, "sample"))
+
+
 def draw_sample(con: Connector, tables: SynopsisTables, binned: Binned, plan: Plan, n_rows: int,
                 opts: BuildOptions) -> Sample:
     """The stratified sample (:func:`sample_quotas` rows per group): each group's first rows in a seeded hash
@@ -914,9 +921,7 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
                                        "max_bins": opts.max_bins, "append": append,
                                        "thresholds": sample.thresholds, "build": dataclasses.asdict(opts)}),
                 "bandwidths": json.dumps(bandwidths),
-                "size_bytes": stored_bytes(con, tables, "marg", "sums", "pairs", "edges", "groups")
-                + (round(sample.rows * plan.sample_row_bytes) if plan.sample_row_bytes
-                   else stored_bytes(con, tables, "sample")),
+                "size_bytes": synopsis_bytes(con, tables, sample.rows, plan.sample_row_bytes),
                 "table_bytes": stats.table_bytes}
         swap_catalog(con, meta, old_ids)
     say("done", 1.0)

@@ -39,7 +39,7 @@ from sqlglot import exp
 
 from densitas.aqp import build as b
 from densitas.aqp.connector import Connector, table_expr
-from densitas.aqp.store import SynopsisTables, catalog_ids, read, stored_bytes
+from densitas.aqp.store import SynopsisTables, catalog_ids, count_rows, read
 from densitas.exceptions import InputError
 
 __all__ = ["Delta", "RefreshResult", "find_delta", "refresh"]
@@ -246,7 +246,8 @@ def refresh(con: Connector, table: str, *, verify: bool = False) -> RefreshResul
                         "fingerprint": fingerprint, "columns": json.dumps([i.to_dict() for i in infos]),
                         "group_by": meta["group_by"], "grids": meta["grids"], "options": json.dumps(opts),
                         "bandwidths": json.dumps([h * shrink for h in json.loads(meta["bandwidths"] or "[]")]),
-                        "size_bytes": stored_bytes(con, new, "marg", "sums", "pairs", "sample", "edges", "groups"),
+                        "size_bytes": b.synopsis_bytes(con, new, sample_rows, _sample_row_bytes(con, new, infos,
+                                                                                                 opts)),
                         "table_bytes": con.table_bytes(table)}
             b.swap_catalog(con, new_meta, catalog_ids(con, table))
     if reason is not None:
@@ -254,6 +255,14 @@ def refresh(con: Connector, table: str, *, verify: bool = False) -> RefreshResul
     new_meta["build_seconds"] = time.perf_counter() - t0
     b.set_build_seconds(con, table, new_meta["build_seconds"])
     return RefreshResult("merged", delta.rows, None, new_meta)
+
+
+def _sample_row_bytes(con: Connector, tables: SynopsisTables, infos: list, opts: dict) -> float | None:
+    """A sample row's cost as the build counted it: compact (:func:`densitas.aqp.build.sample_row_bytes`) when
+    the synopsis was built so, else None (nominal)."""
+    if not opts.get("build", {}).get("compact_sample"):
+        return None
+    return b.sample_row_bytes(infos, count_rows(con, tables.table("groups")))
 
 
 def _merge_tables(con: Connector, binned: b.Binned, old: SynopsisTables, new: SynopsisTables, infos: list,
