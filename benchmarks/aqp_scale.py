@@ -34,6 +34,7 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--seed", type=int, default=5)
     ap.add_argument("--no-build", action="store_true")
+    ap.add_argument("--max-sample-rows", type=int, default=None, help="the build's sample cap (default BuildOptions')")
     a = ap.parse_args()
 
     eng = Engine(a.db)
@@ -46,7 +47,8 @@ def main() -> None:
             eng.con.execute(f"SET memory_limit = '{a.memory_limit}'")
         say = StepClock()
         t0 = say.start
-        meta = build_mod.build(eng.con, "lineitem", LINEITEM_COLUMNS, LINEITEM_GROUPS, progress=say)
+        opts = build_mod.BuildOptions(**({"max_sample_rows": a.max_sample_rows} if a.max_sample_rows else {}))
+        meta = build_mod.build(eng.con, "lineitem", LINEITEM_COLUMNS, LINEITEM_GROUPS, options=opts, progress=say)
         print(f"build {time.perf_counter() - t0:.1f} s; synopsis {meta['size_bytes'] / 1e6:.2f} MB")
     eng.close()
 
