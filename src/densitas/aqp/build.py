@@ -109,9 +109,11 @@ class BuildOptions:
     min_dependence: float = 0.002  # pairs whose probe dependence score is lower get no grid
     sample_size: int | None = None  # None: from the budget, at most max_sample_rows
     # a query reads the sample rows its box can touch (most of them under several predicate columns), so its
-    # latency grows with the sample: beyond this many rows the budget's sample share is left unused and a query
-    # costs what it costs at TPC-H SF1
-    max_sample_rows: int = 32_768
+    # latency grows with the sample: beyond this many rows the budget's sample share goes to the pair grids and a
+    # query costs what it costs at TPC-H SF1. 20,480 rather than 32,768 since compact sample accounting lets
+    # lineitem SF1 fill the cap: three-column queries 4.7 against 6.5 ms median in the same minute, mean error
+    # 0.77% against 0.58% on that workload (benchmarks/RESULTS.md, "Latency after the accuracy work")
+    max_sample_rows: int = 20_480
     max_groups: int = 1000
     seed: int = 0
     bandwidth: str = "plugin"  # densitas.kde method for the KDE estimator's per-column bandwidths

@@ -119,7 +119,7 @@ class Engine:
 
         ``options`` are :class:`~densitas.aqp.build.BuildOptions` fields: ``budget_bytes``, ``budget_fraction``
         (default 0.01 of the table's storage), ``max_bins``, ``max_pair_res``, ``min_dependence``, ``sample_size``,
-        ``max_sample_rows`` (default 32,768: a query reads the sample rows its box can touch), ``max_groups``,
+        ``max_sample_rows`` (default 20,480: a query reads the sample rows its box can touch), ``max_groups``,
         ``shares``, ``seed``, ``bandwidth``.
         """
         opts, columns, group_by = _build_request(options, columns, group_by)
