@@ -205,29 +205,33 @@ def test_directions_under_one_rows_worth_are_not_fitted():
     assert abs(beta[0, 1] - beta[0, 2]) < 0.05, f"seed {SEED}: {beta}"
 
 
-def _greg_reference(y, Z, gid, N, n, totals):
-    """The GREG of the module docstring straight from its formulas, group by group, every sample row given and
-    every term dense: value and variance per group (groups large and terms well conditioned, so none of the
-    small-group, dead-term or collinearity branches applies)."""
+def _greg_group(y, Z, rows, Ng, ng, totals_g):
+    """One group's GREG straight from its formulas, every sample row given and every term dense: the value and
+    the variance residuals r (groups large and terms well conditioned, so none of the small-group, dead-term or
+    collinearity branches applies)."""
     from densitas.aqp.estimator import MAX_LEVERAGE, MIN_INFORMATION, RCOND
 
+    X = np.concatenate([np.ones((rows.sum(), 1)), Z[rows]], axis=1)
+    Xt = np.concatenate([[Ng], totals_g])
+    A = X.T @ X
+    sc = np.sqrt(np.diag(A))
+    inv = np.linalg.pinv(A / np.outer(sc, sc), rcond=max(RCOND, MIN_INFORMATION / ng), hermitian=True)
+    inv = inv / np.outer(sc, sc)
+    beta = inv @ X.T @ (y[rows] - Z[rows, 0])
+    beta[1] += 1.0
+    e = y[rows] - X @ beta
+    h = np.einsum("ij,jk,ik->i", X, inv, X)
+    w = Ng / ng
+    c = inv @ (Xt - w * X.sum(axis=0)) / w
+    r = e / (1 - np.minimum(h, MAX_LEVERAGE)) * (1 + X @ c)
+    return Xt @ beta + w * e.sum(), r
+
+
+def _greg_reference(y, Z, gid, N, n, totals):
+    """The GREG of the module docstring group by group (:func:`_greg_group`): value and variance per group."""
     value, var = np.zeros(len(N)), np.zeros(len(N))
     for g in range(len(N)):
-        rows = gid == g
-        X = np.concatenate([np.ones((rows.sum(), 1)), Z[rows]], axis=1)
-        Xt = np.concatenate([[N[g]], totals[g]])
-        A = X.T @ X
-        sc = np.sqrt(np.diag(A))
-        inv = np.linalg.pinv(A / np.outer(sc, sc), rcond=max(RCOND, MIN_INFORMATION / n[g]), hermitian=True)
-        inv = inv / np.outer(sc, sc)
-        beta = inv @ X.T @ (y[rows] - Z[rows, 0])
-        beta[1] += 1.0
-        e = y[rows] - X @ beta
-        h = np.einsum("ij,jk,ik->i", X, inv, X)
-        w = N[g] / n[g]
-        c = inv @ (Xt - w * X.sum(axis=0)) / w
-        r = e / (1 - np.minimum(h, MAX_LEVERAGE)) * (1 + X @ c)
-        value[g] = Xt @ beta + w * e.sum()
+        value[g], r = _greg_group(y, Z, gid == g, N[g], n[g], totals[g])
         var[g] = N[g] ** 2 * (1 - n[g] / N[g]) / n[g] * r.var(ddof=1)
     return value, var
 
@@ -289,25 +293,8 @@ def test_rows_in_any_order_give_the_same_answer(rng):
 
 
 def _greg_residuals(y, Z, gid, N, n, totals):
-    """Per group the variance residuals r of the reference GREG (:func:`_greg_reference`'s formulas)."""
-    from densitas.aqp.estimator import MAX_LEVERAGE, MIN_INFORMATION, RCOND
-
-    out = []
-    for g in range(len(N)):
-        rows = gid == g
-        X = np.concatenate([np.ones((rows.sum(), 1)), Z[rows]], axis=1)
-        Xt = np.concatenate([[N[g]], totals[g]])
-        A = X.T @ X
-        sc = np.sqrt(np.diag(A))
-        inv = np.linalg.pinv(A / np.outer(sc, sc), rcond=max(RCOND, MIN_INFORMATION / n[g]), hermitian=True)
-        inv = inv / np.outer(sc, sc)
-        beta = inv @ X.T @ (y[rows] - Z[rows, 0])
-        beta[1] += 1.0
-        h = np.einsum("ij,jk,ik->i", X, inv, X)
-        w = N[g] / n[g]
-        c = inv @ (Xt - w * X.sum(axis=0)) / w
-        out.append((y[rows] - X @ beta) / (1 - np.minimum(h, MAX_LEVERAGE)) * (1 + X @ c))
-    return out
+    """Per group the variance residuals r of the reference GREG (:func:`_greg_group`)."""
+    return [_greg_group(y, Z, gid == g, N[g], n[g], totals[g])[1] for g in range(len(N))]
 
 
 @pytest.mark.parametrize("sparse_from_rows", [0, 10**9])
