@@ -7,7 +7,7 @@ import threading
 import pytest
 from threadpoolctl import ThreadpoolController
 
-from densitas.aqp import threads
+from densitas import _blas
 from densitas.aqp.threads import query_blas_threads
 from densitas.exceptions import InputError
 
@@ -60,7 +60,7 @@ def test_other_threads_leave_the_setting_alone(two_blas_threads, monkeypatch):
         t.join(10)
         assert all(n == 1 for n in _blas_threads())
     assert all(n == 2 for n in _blas_threads())
-    assert threads._STATE.depth == 0
+    assert _blas._BLAS.depth == 0
 
 
 def test_environment_override(two_blas_threads, monkeypatch):

@@ -168,3 +168,4 @@ class _ThreadState:
 
 
 _THREADS = _ThreadState()
+

@@ -19,22 +19,10 @@ import os
 import threading
 from collections.abc import Iterator
 
+from densitas._blas import blas_threads
 from densitas.exceptions import InputError
 
 __all__ = ["query_blas_threads"]
-
-
-class _State:
-    """The BLAS libraries' controllers (found once), the blocks open now in the main thread and the thread
-    counts before the first of them."""
-
-    def __init__(self) -> None:
-        self.depth = 0
-        self.controllers: list | None = None
-        self.saved: list[int] = []
-
-
-_STATE = _State()
 
 
 def _wanted() -> int | None:
@@ -47,14 +35,6 @@ def _wanted() -> int | None:
     if not env.isdigit() or int(env) < 1:
         raise InputError(f"DENSITAS_THREADS must be 'auto', 'torch' or an int ≥ 1. Got {env!r} instead.")
     return int(env)
-
-
-def _controllers() -> list:
-    if _STATE.controllers is None:
-        from threadpoolctl import ThreadpoolController
-
-        _STATE.controllers = ThreadpoolController().select(user_api="blas").lib_controllers
-    return _STATE.controllers
 
 
 @contextlib.contextmanager
@@ -75,18 +55,5 @@ def query_blas_threads() -> Iterator[None]:
     if wanted is None or threading.current_thread() is not threading.main_thread():
         yield
         return
-    if _STATE.depth == 0:
-        libs = _controllers()
-        _STATE.saved = [lib.get_num_threads() for lib in libs]
-        for lib, had in zip(libs, _STATE.saved, strict=True):
-            if had != wanted:
-                lib.set_num_threads(wanted)
-    _STATE.depth += 1
-    try:
+    with blas_threads(wanted):
         yield
-    finally:
-        _STATE.depth -= 1
-        if _STATE.depth == 0:
-            for lib, had in zip(_controllers(), _STATE.saved, strict=True):
-                if had != wanted:
-                    lib.set_num_threads(had)

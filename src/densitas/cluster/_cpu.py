@@ -27,14 +27,13 @@ chunk order, so the result does not depend on which thread took which chunk.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import threading
-from collections.abc import Iterator
 
 import numpy as np
 import torch
 
+from densitas._blas import blas_threads
 from densitas.cluster.steps import argmin_t, prepare_centroids, sq_norms, weights_and_objective
 
 __all__ = ["augmented_rows", "classic_pass"]
@@ -198,7 +197,7 @@ def classic_pass(Xa: torch.Tensor, C: torch.Tensor, shift: torch.Tensor, q: floa
     """
     p = _Pass(Xa, augmented_centroids(C, shift), q, max(int(rows), 1), sums, labels)
     workers = min(torch.get_num_threads(), p.n_chunks)
-    with _RUN_LOCK, _one_blas_thread():
+    with _RUN_LOCK, blas_threads(1):  # the sums GEMMs run in the pass's own threads
         if workers <= 1:
             p.run()
         else:
@@ -211,37 +210,6 @@ def classic_pass(Xa: torch.Tensor, C: torch.Tensor, shift: torch.Tensor, q: floa
 # ------------------------------------------------------------------------------------------- threads
 
 _RUN_LOCK = threading.Lock()  # one pass at a time: the PyTorch and BLAS thread settings are partly process-wide
-
-
-class _BlasControllers:
-    """The BLAS libraries NumPy loaded (threadpoolctl, a dependency of scikit-learn), found on first use."""
-
-    libs: list | None = None
-
-    @classmethod
-    def get(cls) -> list:
-        if cls.libs is None:
-            from threadpoolctl import ThreadpoolController
-
-            cls.libs = ThreadpoolController().select(user_api="blas").lib_controllers
-        return cls.libs
-
-
-@contextlib.contextmanager
-def _one_blas_thread() -> Iterator[None]:
-    """NumPy's BLAS on one thread while the block runs (the chunks' sums GEMMs run in the pass's own threads; a
-    BLAS thread pool inside each would only wait for the other core), the previous counts restored after."""
-    libs = _BlasControllers.get()
-    saved = [lib.get_num_threads() for lib in libs]
-    for lib, had in zip(libs, saved, strict=True):
-        if had != 1:
-            lib.set_num_threads(1)
-    try:
-        yield
-    finally:
-        for lib, had in zip(libs, saved, strict=True):
-            if had != 1:
-                lib.set_num_threads(had)
 
 
 def _run_threads(fn, workers: int) -> None:
