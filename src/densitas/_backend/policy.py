@@ -168,4 +168,3 @@ class _ThreadState:
 
 
 _THREADS = _ThreadState()
-
