@@ -47,6 +47,14 @@ def test_build_option_errors_are_densitas_errors():
         build_mod.BuildOptions(max_bins=10**6).check()
 
 
+@pytest.mark.parametrize("name", ["independent_pairs", "compact_sample"])
+def test_switches_must_be_booleans(name):
+    build_mod.BuildOptions(**{name: False}).check()
+    with pytest.raises(InputError) as err:
+        build_mod.BuildOptions(**{name: "no"}).check()
+    assert name in str(err.value) and "'no'" in str(err.value)
+
+
 # ---- NoSynopsisError ------------------------------------------------------------------------------------------
 def _small(con, name="t"):
     con.execute(f"CREATE TABLE {name} AS SELECT (i % 100)::DOUBLE AS x, (i % 7)::INTEGER AS k, "

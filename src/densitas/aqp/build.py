@@ -160,6 +160,10 @@ class BuildOptions:
                 or not 1 <= self.max_groups <= INDEX_MAX:
             raise InputError(f"The 'max_groups' parameter of BuildOptions must be an integer in [1, {INDEX_MAX}] "
                              f"(group ids are stored as SMALLINT). Got {self.max_groups!r} instead.")
+        for name in ("independent_pairs", "compact_sample"):
+            if not isinstance(getattr(self, name), bool):
+                raise InputError(f"The '{name}' parameter of BuildOptions must be True or False. "
+                                 f"Got {getattr(self, name)!r} instead.")
 
 
 
