@@ -307,6 +307,15 @@ def test_two_piece_search_equals_float64_brute_force(precision, first):
         np.testing.assert_allclose(D.numpy(), rd.numpy(), rtol=1e-12, atol=0)
 
 
+def test_an_unknown_precision_is_refused():
+    from densitas.exceptions import InputError
+
+    X = torch.randn(10, 3)
+    with pytest.raises(InputError) as err:
+        fused.fused_kneighbors(X[:2], X, 2, precision="bf16")
+    assert "'precision'" in str(err.value) and "'bf16'" in str(err.value)
+
+
 def test_two_piece_is_the_default_past_its_threshold(monkeypatch):
     monkeypatch.setattr(fused, "TWO_PIECE_MIN_ROWS", 64)  # off by default (slower on the H200)
     g = torch.Generator().manual_seed(SEED)

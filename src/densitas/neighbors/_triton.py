@@ -165,6 +165,9 @@ def candidates(Q: torch.Tensor, R: torch.Tensor, kp: int, *, precision: str = "t
     """
     m, d = Q.shape
     n = R.shape[0]
+    if precision not in ("tf32", "ieee", "fp16"):
+        raise InputError("The 'precision' parameter of candidates must be 'tf32', 'ieee' or 'fp16'. Got "
+                         f"{precision!r} instead.")
     if kp != _pow2(kp) or kp > MAX_KP:
         raise InputError(f"The 'kp' parameter of candidates must be a power of two <= {MAX_KP}. Got {kp} instead.")
     if n > MAX_ROWS:  # a key holds the reference's row in its low 32 bits, the padding takes the top MAX_KP
