@@ -54,24 +54,37 @@ def test_compact_sample_holds_more_rows_within_the_budget(rng):
     con.close()
 
 
+def _independent_ab_table(con, rng):
+    """a (10 values) and b (12 values) exactly independent: every (a, b) pair 416 times, shuffled; c at random."""
+    a, b = np.meshgrid(np.arange(10), np.arange(12), indexing="ij")
+    ab = np.repeat(np.stack([a.ravel(), b.ravel()], axis=1), 416, axis=0)
+    ab = ab[rng.permutation(len(ab))]
+    df = pd.DataFrame({"a": ab[:, 0].astype(np.int32), "b": ab[:, 1].astype(np.int32),
+                       "c": rng.integers(0, 8, len(ab)).astype(np.int32)})
+    con.register("df", df)
+    con.execute("CREATE TABLE t AS SELECT a, b, c FROM df")
+
+
 def test_independent_pairs_get_coarse_grids_that_make_two_predicate_counts_exact(rng):
     con = duckdb.connect()
-    _table(con, rng, 50_000)
+    _independent_ab_table(con, rng)
     eng = Engine(con)
     sql = "SELECT COUNT(*) AS n FROM t WHERE a BETWEEN 2 AND 6 AND b < 5"
     exact = con.execute("SELECT COUNT(*) FROM t WHERE a BETWEEN 2 AND 6 AND b < 5").fetchall()[0][0]
+    min_dependence = build_mod.BuildOptions().min_dependence
     out = {}
     for on in (False, True):
         meta = eng.build("t", columns=["a", "b", "c"], budget_bytes=300_000, sample_size=2000, independent_pairs=on)
         grids = json.loads(meta["grids"])
         scores = {tuple(s[:2]): s[2] for s in grids["scores"]}
         pairs = {tuple(p["cols"]): p for p in grids["pairs"]}
-        if on:  # every pair, independent ones included (their score below min_dependence), at full resolution
+        assert scores[(0, 1)] == 0.0  # the joint is exactly the product of the marginals
+        if on:  # every pair, the independent (0, 1) included, at full resolution
             assert set(pairs) == {(0, 1), (0, 2), (1, 2)}
-            assert all(scores[p] < build_mod.BuildOptions().min_dependence for p in pairs)
             assert pairs[(0, 1)]["res"] == [10, 12]
-        else:
-            assert not pairs
+        else:  # only pairs that score as dependent (c is random: (0, 2) or (1, 2) may, by chance)
+            assert set(pairs) == {p for p, v in scores.items() if v >= min_dependence}
+            assert (0, 1) not in pairs
         df = eng.query(sql)
         out[on] = (float(df["n"].iloc[0]), float(df["n_ci_high"].iloc[0] - df["n_ci_low"].iloc[0]))
     # the pair grid holds the joint counts: the answer is exact and says so
