@@ -18,10 +18,12 @@ indicator for COUNT(col)) asks for ``T_g = Σ_rows y·1_B(x)`` per synopsis grou
    dependence, a dependence no pair grid holds), and its variance comes from the residuals' sample variance:
    a model that misses the data widens the interval instead of biasing the answer.
 
-To the residual variance is added the model's variance for rows in the fine bins the box cuts (Bernoulli
-placement plus the disagreement with a linear density through the neighbouring bins, :meth:`_placement`): a
-box edge inside a bin splits rows the sample rarely sees there, so the residual variance alone can miss that
-part of the error when it is concentrated in few rows. No constant is fitted to any workload. Intervals are
+The variance is the larger of the residuals' and the model's variance for rows in the fine bins the box cuts
+(Bernoulli placement plus the disagreement with a linear density through the neighbouring bins,
+:meth:`_placement`; :func:`interval_variance`): a box edge inside a bin splits rows the sample may not see, so
+the residual variance alone can miss that part of the error when it is concentrated in few rows; where the
+sample does see them, the residuals already hold it and adding the two would count it twice. No constant is
+fitted to any workload. Intervals are
 normal; AVG by the delta method (the residual of ``SUM − AVG·COUNT``).
 With the whole group as the sample the answer is exact; with no predicate the fine histograms give exact
 totals; discrete columns whose values each own a fine bin are answered exactly by the model.
@@ -51,7 +53,7 @@ from densitas.aqp.sql import Condition, Query
 from densitas.aqp.store import StoredPair
 from densitas.exceptions import UnsupportedQueryError
 
-__all__ = ["MIN_SUPPORT", "Synopsis", "load", "z_value"]
+__all__ = ["MIN_SUPPORT", "Synopsis", "interval_variance", "load", "z_value"]
 
 # an answer whose interval rests on fewer sample rows inside the box than this carries a warning
 MIN_SUPPORT = 10
@@ -507,7 +509,8 @@ class Synopsis:
                for slot, (k, kp) in enumerate(zip(keys, keyphis, strict=True))]
         totals = regression_totals(y.T, aux, rows.gid, self.N, self.n)
         # the placement variance: relative (_placement) times count² times E[(Σ w y)²] among the group's rows, a
-        # quadratic form in the keys' weights through their moments; taken with the residuals' in one product
+        # quadratic form in the keys' weights through their moments; taken with the residuals' in one product and
+        # combined with it by interval_variance
         place = self._placement(S, phis, box) * count ** 2 / np.maximum(self.n, 1)
         quadratic = np.stack([totals.residual_scatter, self._moments(tuple(keys))], axis=1)  # (G, 2, K, K)
         K = len(keys)
@@ -517,7 +520,7 @@ class Synopsis:
             for k, wk in zip(ks, ws, strict=True):
                 W[:, k] += wk
             scatter, moment = np.einsum("gk,gjkl,gl->jg", W, quadratic[gids], W)
-            return totals.residual_variance(gids, scatter, ks) + place[gids] * moment
+            return interval_variance(totals.residual_variance(gids, scatter, ks), place[gids] * moment)
 
         return totals.value, var_fn, self._support(rows)
 
@@ -952,6 +955,20 @@ def _matches(col: pd.Series, value: object) -> np.ndarray:
         return (col == value).to_numpy(dtype=bool, na_value=False)
     except (TypeError, ValueError):
         return np.zeros(len(col), dtype=bool)
+
+
+def interval_variance(residual: np.ndarray, placement: np.ndarray) -> np.ndarray:
+    """The variance an interval is built from: the larger of the residuals' (design-based: the sample's
+    estimate of the whole error, the cut bins' placement included wherever sample rows fall there) and the
+    placement term's (model-based: the error of rows in the fine bins the box cuts, which a sample with few or no
+    rows there underestimates). Their sum would count the cut bins' error twice once the sample sees them.
+
+    Examples
+    --------
+    >>> interval_variance(np.array([4.0, 1.0]), np.array([1.0, 3.0])).tolist()
+    [4.0, 3.0]
+    """
+    return np.maximum(residual, placement)
 
 
 def z_value(confidence: float) -> float:
