@@ -59,6 +59,9 @@ __all__ = ["MIN_SUPPORT", "Synopsis", "interval_variance", "load", "z_value"]
 MIN_SUPPORT = 10
 # at most this many fine bins of a column cut by the box get a within-bin position term (a range cuts two)
 MAX_EDGE_TERMS = 4
+# the whole sample's mean of a value per fine bin of a predicate column (the shape a sum grid's coarse cells
+# lack) is taken over runs of consecutive bins holding at least this many sample rows
+POOLED_RUN_ROWS = 32
 # a query's designs for its first this many keys are written into memory kept per thread (estimator.scratch)
 SCRATCH_SLOTS = 4
 
@@ -576,16 +579,42 @@ class Synopsis:
         return out
 
     def _sum_ratio(self, u: int, key: tuple[str, int]) -> np.ndarray:
-        """(G, B_u + 1): per fine bin of ``u``, the mean of the key's value (SUM) or its non-NULL share over the
-        rows of the bin's cell of ``u``'s sum grid (0 in empty cells); computed once per column and key."""
+        """(G, B_u + 1): per fine bin of ``u``, the model's mean of the key's value (SUM) or its non-NULL share:
+        the group's own mean over the bin's cell of ``u``'s sum grid (exact, from the grid), plus how the bin's
+        mean departs from its cell's in the whole sample (:meth:`_pooled_shape`, the same for every group: with
+        many groups a sum grid has few cells, and the shape within them is what the groups share). The
+        departures are centred on each group's own rows of the cell, so the group's cell totals stay exact;
+        0 in empty cells. Computed once per column and key."""
         got = self._sum_ratio_cache.get((u, key))
         if got is None:
             cmap, tot = self.sums[u]
             n_c = tot[("n", None)]
             with np.errstate(invalid="ignore", divide="ignore"):
                 ratio = np.where(n_c > 0, tot[key] / np.where(n_c > 0, n_c, 1), 0.0)
-            got = self._sum_ratio_cache[(u, key)] = ratio[:, cmap]
+            ratio = ratio[:, cmap]
+            shape = self._pooled_shape(u, key, ratio)
+            level = self._cell_mean(u, shape, self._sum_starts(u))  # (G, cells): weighted by each group's rows
+            filled = (n_c > 0)[:, cmap]
+            got = self._sum_ratio_cache[(u, key)] = ratio + np.where(filled, shape - level[:, cmap], 0.0)
         return got
+
+    def _pooled_shape(self, u: int, key: tuple[str, int], cell_means: np.ndarray) -> np.ndarray:
+        """(B_u + 1,): how the key's value departs from its group's sum-grid cell mean (``cell_means``, (G,
+        B_u + 1) spread over the fine bins), averaged per fine bin of ``u`` over the whole sample (each group's
+        rows weighted by N/n), in runs of consecutive fine bins holding at least ``POOLED_RUN_ROWS`` sample rows
+        (the NULL bin on its own). Departures, not values: the groups' levels differ, the shape is shared."""
+        kind, j = key
+        b = self._sample_bins()[:, u]
+        v = self.s_vals[:, j]
+        y = np.nan_to_num(v, nan=0.0) if kind == "s" else (~np.isnan(v)).astype(np.float64)
+        y = y - cell_means[self.s_gid, b]
+        w = (self.N / np.maximum(self.n, 1)).take(self.s_gid)
+        rows = np.bincount(b, minlength=self.fine[u].shape[1])
+        run = 1 + (np.cumsum(rows) - rows - rows[0]) // POOLED_RUN_ROWS  # bins 1.. in runs; run 0: the NULL bin
+        run[0] = 0
+        num = np.bincount(run.take(b), w * y, minlength=run[-1] + 1)
+        den = np.bincount(run.take(b), w, minlength=run[-1] + 1)
+        return np.where(den > 0, num / np.where(den > 0, den, 1), 0.0).take(run)
 
     def _sample_bins(self) -> np.ndarray:
         """(n, J): each sample row's fine bin per column (0 = NULL), as the build assigned them."""
