@@ -64,3 +64,23 @@ def test_a_cut_bin_the_sample_misses_keeps_the_placement_variance(rng, monkeypat
         missed += placement > 100 * residual  # (the residuals: round-off)
     assert missed >= 5  # cuts where the interval is the placement term's alone (~0 without it)
     eng.con.close()
+
+
+def test_a_group_sampled_whole_has_an_exact_answer_and_no_interval(rng):
+    # group 1 has fewer rows than the per-group floor of 200 sample rows: it is in the sample whole
+    n_big = 50_000
+    g = np.r_[np.zeros(n_big, dtype=np.int32), np.ones(150, dtype=np.int32)]
+    x = rng.uniform(0, 1, len(g)) ** 3
+    con = duckdb.connect()
+    con.register("df", pd.DataFrame({"g": g, "x": x}))
+    con.execute("CREATE TABLE t AS SELECT * FROM df")
+    eng = Engine(con)
+    eng.build("t", columns=["x"], group_by=["g"], budget_bytes=60_000, sample_size=1000, max_bins=32)
+    for cut in (0.0123, 0.3, 0.777):  # edges inside fine bins: the placement term is not 0 there
+        sql = f"SELECT g, COUNT(*) AS n FROM t WHERE x < {cut} GROUP BY g"
+        got = eng.query(sql).set_index("g")
+        exact = con.execute(sql).df().set_index("g")["n"]
+        assert got.loc[1, "n"] == pytest.approx(exact.loc[1], abs=1e-6), cut
+        assert got.loc[1, "n_ci_high"] - got.loc[1, "n_ci_low"] <= 1e-6 * max(exact.loc[1], 1), cut
+        assert got.loc[0, "n_ci_high"] - got.loc[0, "n_ci_low"] > 0, cut  # the sampled group keeps its interval
+    con.close()

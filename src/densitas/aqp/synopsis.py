@@ -170,6 +170,27 @@ class Pair(StoredPair):
     flat: tuple[np.ndarray, np.ndarray]  # per dimension and stored cell: its index gid·(res + 1) + c in a (G, res + 1)
 
 
+def _runs(rows: np.ndarray, least: int) -> np.ndarray:
+    """Per bin (bin 0 the NULL bin, a run of its own) its run: consecutive bins 1.. gathered until a run holds at
+    least ``least`` rows; a short last run joins the one before it.
+
+    Examples
+    --------
+    >>> _runs(np.array([4, 5, 62, 3, 40, 1, 30]), 32).tolist()  # 67, 43 rows; the last 31 join the second
+    [0, 1, 1, 2, 2, 2, 2]
+    """
+    run = np.zeros(len(rows), dtype=np.int64)
+    current, held = 1, 0
+    for i in range(1, len(rows)):
+        if held >= least:
+            current, held = current + 1, 0
+        run[i] = current
+        held += int(rows[i])
+    if current > 1 and held < least:  # the last run is short: into the one before
+        run[run == current] = current - 1
+    return run
+
+
 def _starts(m: np.ndarray) -> np.ndarray:
     return np.flatnonzero(np.diff(m, prepend=-1))
 
@@ -514,7 +535,9 @@ class Synopsis:
         # the placement variance: relative (_placement) times count² times E[(Σ w y)²] among the group's rows, a
         # quadratic form in the keys' weights through their moments; taken with the residuals' in one product and
         # combined with it by interval_variance
-        place = self._placement(S, phis, box) * count ** 2 / np.maximum(self.n, 1)
+        # (with the finite-population correction of the residuals' variance: a group sampled whole is exact)
+        fpc = np.clip(1.0 - self.n / np.maximum(self.N, 1), 0.0, 1.0)
+        place = self._placement(S, phis, box) * count ** 2 / np.maximum(self.n, 1) * fpc
         quadratic = np.stack([totals.residual_scatter, self._moments(tuple(keys))], axis=1)  # (G, 2, K, K)
         K = len(keys)
 
@@ -580,11 +603,12 @@ class Synopsis:
 
     def _sum_ratio(self, u: int, key: tuple[str, int]) -> np.ndarray:
         """(G, B_u + 1): per fine bin of ``u``, the model's mean of the key's value (SUM) or its non-NULL share:
-        the group's own mean over the bin's cell of ``u``'s sum grid (exact, from the grid), plus how the bin's
-        mean departs from its cell's in the whole sample (:meth:`_pooled_shape`, the same for every group: with
-        many groups a sum grid has few cells, and the shape within them is what the groups share). The
-        departures are centred on each group's own rows of the cell, so the group's cell totals stay exact;
-        0 in empty cells. Computed once per column and key."""
+        the group's own mean over the bin's cell of ``u``'s sum grid (exact, from the grid), and for a SUM plus
+        how the bin's mean departs from its cell's in the whole sample (:meth:`_pooled_shape`, the same for every
+        group: with many groups a sum grid has few cells, and the shape within them is what the groups share).
+        The departures are centred on each group's own rows of the cell, so the group's cell totals stay exact;
+        0 in empty cells. A non-NULL share keeps its cell's (a shape added to it could leave [0, 1]). Computed
+        once per column and key."""
         got = self._sum_ratio_cache.get((u, key))
         if got is None:
             cmap, tot = self.sums[u]
@@ -592,6 +616,9 @@ class Synopsis:
             with np.errstate(invalid="ignore", divide="ignore"):
                 ratio = np.where(n_c > 0, tot[key] / np.where(n_c > 0, n_c, 1), 0.0)
             ratio = ratio[:, cmap]
+            if key[0] != "s":
+                self._sum_ratio_cache[(u, key)] = ratio
+                return ratio
             shape = self._pooled_shape(u, key, ratio)
             level = self._cell_mean(u, shape, self._sum_starts(u))  # (G, cells): weighted by each group's rows
             filled = (n_c > 0)[:, cmap]
@@ -599,19 +626,16 @@ class Synopsis:
         return got
 
     def _pooled_shape(self, u: int, key: tuple[str, int], cell_means: np.ndarray) -> np.ndarray:
-        """(B_u + 1,): how the key's value departs from its group's sum-grid cell mean (``cell_means``, (G,
+        """(B_u + 1,): how a SUM key's value departs from its group's sum-grid cell mean (``cell_means``, (G,
         B_u + 1) spread over the fine bins), averaged per fine bin of ``u`` over the whole sample (each group's
         rows weighted by N/n), in runs of consecutive fine bins holding at least ``POOLED_RUN_ROWS`` sample rows
-        (the NULL bin on its own). Departures, not values: the groups' levels differ, the shape is shared."""
-        kind, j = key
+        (:func:`_runs`; the NULL bin on its own). Departures, not values: the groups' levels differ, the shape is
+        shared."""
+        j = key[1]
         b = self._sample_bins()[:, u]
-        v = self.s_vals[:, j]
-        y = np.nan_to_num(v, nan=0.0) if kind == "s" else (~np.isnan(v)).astype(np.float64)
-        y = y - cell_means[self.s_gid, b]
+        y = np.nan_to_num(self.s_vals[:, j], nan=0.0) - cell_means[self.s_gid, b]
         w = (self.N / np.maximum(self.n, 1)).take(self.s_gid)
-        rows = np.bincount(b, minlength=self.fine[u].shape[1])
-        run = 1 + (np.cumsum(rows) - rows - rows[0]) // POOLED_RUN_ROWS  # bins 1.. in runs; run 0: the NULL bin
-        run[0] = 0
+        run = _runs(np.bincount(b, minlength=self.fine[u].shape[1]), POOLED_RUN_ROWS)
         num = np.bincount(run.take(b), w * y, minlength=run[-1] + 1)
         den = np.bincount(run.take(b), w, minlength=run[-1] + 1)
         return np.where(den > 0, num / np.where(den > 0, den, 1), 0.0).take(run)
@@ -844,7 +868,8 @@ class Synopsis:
     def _placement(self, S, phis, box) -> np.ndarray:
         """(G,): relative variance of the count from rows placed evenly within the fine bins the box cuts
         (Bernoulli placement plus the squared disagreement with a linear density through the neighbouring
-        bins): the part of the error in rows the sample rarely sees, added to the residual variance."""
+        bins): the part of the error in rows the sample may not see, which :func:`interval_variance` sets
+        against the residual variance."""
         G = len(self.N)
         rv = np.zeros(G)
         with np.errstate(invalid="ignore", divide="ignore"):
