@@ -11,27 +11,46 @@ import pytest
 from densitas.aqp import Engine
 
 
+def _synopsis(rng, g: np.ndarray, x: np.ndarray, y: np.ndarray, sql: str):
+    """The loaded synopsis of a table (g, x, y and three noise columns that take sum-grid room) grouped by g,
+    built at a budget that leaves its sum grids coarse, after one query ``sql``; and the connection."""
+    df = pd.DataFrame({"g": g.astype(np.int32), "x": x, "y": y, **{f"z{i}": rng.normal(size=len(g)) for i in range(3)}})
+    con = duckdb.connect()
+    con.register("df", df)
+    con.execute("CREATE TABLE t AS SELECT * FROM df")
+    eng = Engine(con)
+    eng.build("t", columns=["x", "y", "z0", "z1", "z2"], group_by=["g"], budget_bytes=120_000)
+    eng.query(sql)
+    return eng._cache["t"][0], con
+
+
+def _cell_means(syn, u: int, key: tuple) -> np.ndarray:
+    """(G, B_u + 1): each group's mean of ``key`` over the sum-grid cell of each fine bin of ``u`` (no shape)."""
+    cmap, tot = syn.sums[u]
+    return (tot[key] / np.maximum(tot[("n", None)], 1))[:, cmap]
+
+
+def _fine_bins_and_groups(syn, u: int, x: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every table row's fine bin of column ``u`` and its synopsis group."""
+    info = syn.infos[u]
+    b = np.clip(np.searchsorted(info.edges, x, side="right"), 1, info.bins)
+    gid = syn.groups.reset_index(drop=True).reset_index().set_index("g")["index"].loc[g].to_numpy()
+    return b, gid
+
+
 @pytest.fixture
 def many_groups(rng):
     n, G = 120_000, 40
     g = rng.integers(0, G, n)
     x = rng.uniform(0, 100, n)
     y = 3 * x + 50 * np.sin(x / 8) + 40 * g + rng.normal(0, 5, n)  # the groups share the shape, not the level
-    df = pd.DataFrame({"g": g.astype(np.int32), "x": x, "y": y,  # and three columns that take sum-grid room
-                       **{f"z{i}": rng.normal(size=n) for i in range(3)}})
-    con = duckdb.connect()
-    con.register("df", df)
-    con.execute("CREATE TABLE t AS SELECT * FROM df")
-    eng = Engine(con)
-    eng.build("t", columns=["x", "y", "z0", "z1", "z2"], group_by=["g"], budget_bytes=120_000)
-    eng.query("SELECT SUM(y) AS s FROM t WHERE x < 50 GROUP BY g")
-    syn = eng._cache["t"][0]
-    yield syn, df
+    syn, con = _synopsis(rng, g, x, y, "SELECT SUM(y) AS s FROM t WHERE x < 50 GROUP BY g")
+    yield syn, g, x, y
     con.close()
 
 
 def test_sum_ratio_keeps_each_groups_sum_grid_cell_totals(many_groups):
-    syn, _ = many_groups
+    syn = many_groups[0]
     u, key = syn.index["x"], ("s", syn.index["y"])
     cmap, tot = syn.sums[u]
     assert cmap.max() * 2 < len(cmap)  # the budget leaves the sum grid coarse: the case the pooled shape is for
@@ -43,17 +62,14 @@ def test_sum_ratio_keeps_each_groups_sum_grid_cell_totals(many_groups):
 
 
 def test_sum_ratio_follows_the_shape_within_coarse_cells(many_groups):
-    syn, df = many_groups
+    syn, g, x, y = many_groups
     u, key = syn.index["x"], ("s", syn.index["y"])
-    info = syn.infos[u]
-    b = np.clip(np.searchsorted(info.edges, df["x"].to_numpy(), side="right"), 1, info.bins)
-    gid = syn.groups.reset_index(drop=True).reset_index().set_index("g")["index"].loc[df["g"]].to_numpy()
+    b, gid = _fine_bins_and_groups(syn, u, x, g)
     G, B = syn.fine[u].shape
-    num = np.bincount(gid * B + b, df["y"].to_numpy(), minlength=G * B).reshape(G, B)
+    num = np.bincount(gid * B + b, y, minlength=G * B).reshape(G, B)
     cnt = np.bincount(gid * B + b, minlength=G * B).reshape(G, B)
     truth = num / np.maximum(cnt, 1)
-    cmap, tot = syn.sums[u]
-    flat = (tot[key] / np.maximum(tot[("n", None)], 1))[:, cmap]  # each group's cell mean alone
+    flat = _cell_means(syn, u, key)  # each group's cell mean alone
     ratio = syn._sum_ratio(u, key)
     w = cnt[:, 1:]
     err_flat = (w * np.abs(flat - truth)[:, 1:]).sum() / w.sum()
@@ -69,29 +85,19 @@ def test_pooled_shape_weights_each_groups_rows_by_its_sampling_rate(rng):
     g = np.r_[np.zeros(big, dtype=np.int32), np.repeat(np.arange(1, k + 1, dtype=np.int32), small)]
     x = rng.uniform(0, 100, len(g))
     y = np.where(g == 0, 3 * x, -3 * x) + rng.normal(0, 1, len(g))
-    df = pd.DataFrame({"g": g, "x": x, "y": y, **{f"z{i}": rng.normal(size=len(g)) for i in range(3)}})
-    con = duckdb.connect()
-    con.register("df", df)
-    con.execute("CREATE TABLE t AS SELECT * FROM df")
-    eng = Engine(con)
-    eng.build("t", columns=["x", "y", "z0", "z1", "z2"], group_by=["g"], budget_bytes=120_000)
-    eng.query("SELECT SUM(y) AS s FROM t WHERE x < 50")
-    syn = eng._cache["t"][0]
+    syn, con = _synopsis(rng, g, x, y, "SELECT SUM(y) AS s FROM t WHERE x < 50")
     u, key = syn.index["x"], ("s", syn.index["y"])
-    cmap, tot = syn.sums[u]
+    cmap = syn.sums[u][0]
     assert cmap.max() * 2 < len(cmap)
-    flat = (tot[key] / np.maximum(tot[("n", None)], 1))[:, cmap]
+    flat = _cell_means(syn, u, key)
     shape = syn._pooled_shape(u, key, flat)
     # the table's own departures per fine bin, every row counted once
-    info = syn.infos[u]
-    b = np.clip(np.searchsorted(info.edges, x, side="right"), 1, info.bins)
-    gid = syn.groups.reset_index(drop=True).reset_index().set_index("g")["index"].loc[g].to_numpy()
-    dep = y - flat[gid, b]
+    b, gid = _fine_bins_and_groups(syn, u, x, g)
     B = len(cmap)
-    truth = np.bincount(b, dep, minlength=B) / np.maximum(np.bincount(b, minlength=B), 1)
-    rows = np.bincount(b, minlength=B)[1:]
-    err = np.average(np.abs(shape - truth)[1:], weights=rows)
-    spread = np.average(np.abs(truth)[1:], weights=rows)  # what the flat cell means miss
+    rows = np.bincount(b, minlength=B)
+    truth = np.bincount(b, y - flat[gid, b], minlength=B) / np.maximum(rows, 1)
+    err = np.average(np.abs(shape - truth)[1:], weights=rows[1:])
+    spread = np.average(np.abs(truth)[1:], weights=rows[1:])  # what the flat cell means miss
     assert err < 0.3 * spread, (err, spread)
     con.close()
 
@@ -100,18 +106,9 @@ def test_non_null_shares_keep_their_cells(rng):
     n = 60_000
     x = rng.uniform(0, 100, n)
     y = np.where(rng.uniform(size=n) < x / 200, np.nan, x)  # NULLs grow with x
-    df = pd.DataFrame({"g": rng.integers(0, 40, n).astype(np.int32), "x": x, "y": y,
-                       **{f"z{i}": rng.normal(size=n) for i in range(3)}})
-    con = duckdb.connect()
-    con.register("df", df)
-    con.execute("CREATE TABLE t AS SELECT * FROM df")
-    eng = Engine(con)
-    eng.build("t", columns=["x", "y", "z0", "z1", "z2"], group_by=["g"], budget_bytes=120_000)
-    eng.query("SELECT COUNT(y) AS c FROM t WHERE x < 50")
-    syn = eng._cache["t"][0]
+    syn, con = _synopsis(rng, rng.integers(0, 40, n), x, y, "SELECT COUNT(y) AS c FROM t WHERE x < 50")
     u, key = syn.index["x"], ("nn", syn.index["y"])
-    cmap, tot = syn.sums[u]
     share = syn._sum_ratio(u, key)
-    np.testing.assert_array_equal(share, (tot[key] / np.maximum(tot[("n", None)], 1))[:, cmap])
+    np.testing.assert_array_equal(share, _cell_means(syn, u, key))
     assert share.min() >= 0 and share.max() <= 1
     con.close()
