@@ -533,11 +533,9 @@ class Synopsis:
                for slot, (k, kp) in enumerate(zip(keys, keyphis, strict=True))]
         totals = regression_totals(y.T, aux, rows.gid, self.N, self.n)
         # the placement variance: relative (_placement) times count² times E[(Σ w y)²] among the group's rows, a
-        # quadratic form in the keys' weights through their moments; taken with the residuals' in one product and
-        # combined with it by interval_variance
-        # (with the finite-population correction of the residuals' variance: a group sampled whole is exact)
-        fpc = np.clip(1.0 - self.n / np.maximum(self.N, 1), 0.0, 1.0)
-        place = self._placement(S, phis, box) * count ** 2 / np.maximum(self.n, 1) * fpc
+        # quadratic form in the keys' weights through their moments, expanded as the residuals' are (N²(1 − n/N)/n:
+        # a group sampled whole is exact); taken with the residuals' in one product, combined by interval_variance
+        place = self._placement(S, phis, box) * (count / np.maximum(self.N, 1)) ** 2 * totals.expansion
         quadratic = np.stack([totals.residual_scatter, self._moments(tuple(keys))], axis=1)  # (G, 2, K, K)
         K = len(keys)
 
