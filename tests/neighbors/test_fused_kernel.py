@@ -314,6 +314,9 @@ def test_an_unknown_precision_is_refused():
     with pytest.raises(InputError) as err:
         fused.fused_kneighbors(X[:2], X, 2, precision="bf16")
     assert "'precision'" in str(err.value) and "'bf16'" in str(err.value)
+    with pytest.raises(InputError) as err:  # the missing-value search's bound has no float16 term
+        fused.masked_kneighbors(X[:2], X, 2, precision="fp16")
+    assert "'precision'" in str(err.value) and "'fp16'" in str(err.value)
 
 
 def test_two_piece_is_the_default_past_its_threshold(monkeypatch):

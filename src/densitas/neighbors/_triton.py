@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 from densitas.exceptions import InputError
-from densitas.neighbors.distances import rounding_bound, seed_above
+from densitas.neighbors.distances import DOT_ROUNDOFF, rounding_bound, seed_above
 
 __all__ = ["MAX_D", "MAX_KP", "MAX_ROWS", "candidates", "fused_applies", "fused_kneighbors", "masked_kneighbors",
            "mixed_kneighbors", "tile_topk"]
@@ -557,7 +557,6 @@ def mixed_kneighbors(Y: torch.Tensor, X: torch.Tensor, nominal: list[int], k: in
     cmax = float((Xa - mu).norm(dim=1).max()) if len(X) else 0.0
     da = Xa.shape[1]
     kp = _pow2(k + max(8, k // 4))
-    u = UNIT_ROUNDOFF.get(precision, 2.0**-10) if precision != "ieee" else 2.0**-23
 
     def exact(qn: torch.Tensor, qcode: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         valid = idx < len(X)
@@ -573,8 +572,7 @@ def mixed_kneighbors(Y: torch.Tensor, X: torch.Tensor, nominal: list[int], k: in
         ex = exact(qn, qcode, idx)
         dist, ind = _exact_order(ex, idx, k)
         kth = dist[:, k - 1]
-        qnorm = Yc.norm(dim=1)
-        eps = 4 * (u + da * 2.0**-23) * qnorm * cmax + (da + 4) * 2.0**-22 * (qnorm**2 + cmax**2)
+        eps = rounding_bound(precision, Yc.norm(dim=1), cmax, da)
         _settle(dist, ind, kth, d2[:, -1], eps, len(X), kp,
                 lambda rows, ids, qn=qn, qcode=qcode: exact(qn[rows], qcode[rows], ids))
         out_d.append(dist)
@@ -601,6 +599,8 @@ def masked_kneighbors(Y: torch.Tensor, X: torch.Tensor, k: int, *, metric: str =
         Queries (m, d) and references (n, d), float, NaN allowed, no infinities; ``3·d <= MAX_D``.
     k : int
     metric : {"euclidean", "sqeuclidean"}
+    precision : {"tf32", "ieee"}
+        The kernel's dot-product precision (the result is exact either way).
 
     Returns
     -------
@@ -608,6 +608,9 @@ def masked_kneighbors(Y: torch.Tensor, X: torch.Tensor, k: int, *, metric: str =
         NaN for a pair with no coordinate in common (ranked last).
     indices : torch.Tensor of shape (m, k), int64
     """
+    if precision not in ("tf32", "ieee"):  # the bound below has no term for float16's subnormal rounding
+        raise InputError("The 'precision' parameter of masked_kneighbors must be 'tf32' or 'ieee'. Got "
+                         f"{precision!r} instead.")
     X64, Y64 = X.to(torch.float64), Y.to(torch.float64)
     mx, my = ~torch.isnan(X64), ~torch.isnan(Y64)
     mu = torch.nan_to_num(torch.nanmean(X64, 0), nan=0.0)
@@ -617,7 +620,7 @@ def masked_kneighbors(Y: torch.Tensor, X: torch.Tensor, k: int, *, metric: str =
     Rf = R.to(torch.float32).contiguous()
     w = R.shape[1]
     kp = _pow2(k + max(8, k // 4))
-    u = UNIT_ROUNDOFF[precision] if precision != "ieee" else 2.0**-23
+    u = DOT_ROUNDOFF[precision]
 
     def exact(q0: torch.Tensor, qm: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         valid = idx < len(X)

@@ -445,7 +445,7 @@ def rounding_bound(precision: str, qn: torch.Tensor, cmax: torch.Tensor | float,
     >>> float(rounding_bound("ieee", qn, 0.0, 8)[0]) == 12 * 2.0**-22
     True
     """
-    u = max(DOT_ROUNDOFF[precision], 2.0**-23)
+    u = DOT_ROUNDOFF[precision]
     cmax = torch.as_tensor(cmax, dtype=torch.float64, device=qn.device)
     eps = 4 * (u + d * 2.0**-23) * qn * cmax + (d + 4) * 2.0**-22 * (qn**2 + cmax**2)
     if precision == "fp16":
