@@ -15,6 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
+from densitas._backend.device import sm_count
 from densitas._backend.dispatch import interpret_mode
 
 __all__ = ["counting_scatter", "fused_applies", "fused_iterations", "fused_pass"]
@@ -58,10 +59,6 @@ SUM3D_MAX = 256
 
 
 @functools.cache
-def _sms(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def _pow2(v: int) -> int:
     return 1 << max(int(v) - 1, 0).bit_length()
 
@@ -205,10 +202,10 @@ def _launch(X: torch.Tensor, C: torch.Tensor, acc: torch.Tensor, lab: torch.Tens
     if interpret_mode():
         BLOCK, warps, progs = 16, 4, 3  # several programs, several blocks each, in small tests
     elif KP * DP <= SUM3D_MAX:
-        BLOCK, warps, progs = 32, 8, _sms(X.device) * 2
+        BLOCK, warps, progs = 32, 8, sm_count(X.device) * 2
     else:
         BLOCK = 64 if KP * DP <= 4096 else 32
-        warps, progs = (4 if KP * DP <= 4096 else 8), _sms(X.device) * PROGS_PER_SM
+        warps, progs = (4 if KP * DP <= 4096 else 8), sm_count(X.device) * PROGS_PER_SM
     n_blocks = triton.cdiv(n, BLOCK)
     grid = max(1, min(n_blocks, progs))
     M = min(int(M), k)

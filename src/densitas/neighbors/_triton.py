@@ -26,6 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
+from densitas._backend.device import sm_count
 from densitas.exceptions import InputError
 from densitas.neighbors.distances import DOT_ROUNDOFF, rounding_bound, seed_above
 
@@ -197,7 +198,7 @@ def candidates(Q: torch.Tensor, R: torch.Tensor, kp: int, *, precision: str = "t
     BD = max(16, _pow2(d))  # the whole row of features in one dot (d <= MAX_D)
     blocks = triton.cdiv(m, BM)
     if splits is None:
-        sms = torch.cuda.get_device_properties(Q.device).multi_processor_count if Q.is_cuda else 4
+        sms = sm_count(Q.device) if Q.is_cuda else 4
         splits = max(1, min(triton.cdiv(4 * sms, blocks), triton.cdiv(n, 16 * BN)))
     per = triton.cdiv(triton.cdiv(n, splits), BN) * BN
     splits = triton.cdiv(n, per)
