@@ -342,15 +342,17 @@ def stream_rows(reps: int, seed: int, sizes: list[int], m: int = 10_000, d: int 
                      f"{stats.chunk_rows:,}, {stats.fallback_queries // runs} fallback, "
                      f"{stream.STREAM_PRECISION})", "s": t, "ratio": t / floor, "agree": ok})
         default = stream.STREAM_PRECISION
-        for precision in precisions:  # the chunk kernel's other dot precisions, same data
-            if precision == default:
-                continue
-            stream.STREAM_PRECISION = precision
-            t_p, (d_p, i_p) = timed(lambda X=X: stream_kneighbors(Y, HostChunks(X), k, device=dev), dev, reps)
-            same = bool(torch.equal(i_p, idx)) and bool(torch.equal(d_p, dist))
-            rows.append({"case": "", "impl": f"densitas streamed, {precision} operands — same result: {same}",
-                         "s": t_p, "ratio": t_p / floor, "agree": float("nan")})
-        stream.STREAM_PRECISION = default
+        try:
+            for precision in precisions:  # the chunk kernel's other dot precisions, same data
+                if precision == default:
+                    continue
+                stream.STREAM_PRECISION = precision
+                t_p, (d_p, i_p) = timed(lambda X=X: stream_kneighbors(Y, HostChunks(X), k, device=dev), dev, reps)
+                same = bool(torch.equal(i_p, idx)) and bool(torch.equal(d_p, dist))
+                rows.append({"case": "", "impl": f"densitas streamed, {precision} operands — same result: {same}",
+                             "s": t_p, "ratio": t_p / floor, "agree": float("nan")})
+        finally:
+            stream.STREAM_PRECISION = default
         rows.append({"case": "", "impl": "transfer floor: same chunks pinned → device, no compute", "s": floor,
                      "ratio": 1.0, "agree": float("nan")})
         rows.append({"case": "", "impl": f"plain torch copy at {bw / 1e9:.1f} GB/s", "s": plain,

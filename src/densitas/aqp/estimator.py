@@ -313,9 +313,13 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
     # the fit corrects the difference estimator (the model's own prediction, column 0 of Z, with β = 1): the
     # smallest correction that fits, so terms collinear among the sample rows but not in the table (every
     # sampled row inside the box, say) keep the model's own weights instead of splitting them arbitrarily
-    yk = stack.targets if stack is not None else _WORK.get("yk", (K, m))
-    for k, x in enumerate(X):
-        np.subtract(yT[k], x.dense[1], out=yk[k])
+    if stack is not None:  # every key's prediction is row 1 of its block
+        np.subtract(yT, stack.block[:, 1], out=stack.targets)
+        yk = stack.targets
+    else:
+        yk = _WORK.get("yk", (K, m))
+        for k, x in enumerate(X):
+            np.subtract(yT[k], x.dense[1], out=yk[k])
     xtx, xty = stack.normal_equations(n) if stack is not None else _normal_equations(X, yk, n, P)
     # too few rows for every term: the model's prediction and an intercept only (the first two terms' equations)
     small = (n < MIN_ROWS_PER_TERM * p[:, None]) & (p[:, None] > 2)
@@ -559,7 +563,7 @@ class _Stack:
         m = len(rg.gid)
         if not rg.few or not m or (m > SPARSE_FROM_ROWS and any(a.sparse for a in aux)):
             return None
-        dense = [a.design if a.design is not None else None for a in aux]
+        dense = [a.design for a in aux]
         d = [len(a.terms) + 1 if x is None else len(x) for a, x in zip(aux, dense, strict=True)]
         p = [dk + len(a.sparse) for dk, a in zip(d, aux, strict=True)]
         P = max(p)
