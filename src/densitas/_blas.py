@@ -4,11 +4,32 @@ without importing PyTorch; the CPU fuzzy c-means pass too)."""
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-__all__ = ["blas_threads"]
+from densitas.exceptions import InputError
+
+__all__ = ["blas_threads", "threads_override"]
+
+
+def threads_override() -> str | int:
+    """The ``DENSITAS_THREADS`` setting: ``"auto"`` (unset or empty), ``"torch"`` (the libraries' own setting) or
+    an int ≥ 1 (a fixed thread count); anything else is an :class:`~densitas.exceptions.InputError`.
+
+    Examples
+    --------
+    >>> setting = threads_override()          # 'auto' unless DENSITAS_THREADS is set
+    >>> setting in ("auto", "torch") or setting >= 1
+    True
+    """
+    env = os.environ.get("DENSITAS_THREADS", "auto").strip().lower() or "auto"
+    if env in ("auto", "torch"):
+        return env
+    if not env.isdigit() or int(env) < 1:
+        raise InputError(f"DENSITAS_THREADS must be 'auto', 'torch' or an int ≥ 1. Got {env!r} instead.")
+    return int(env)
 
 
 @dataclass

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from densitas.exceptions import InputError
+from densitas._blas import threads_override
 
 __all__ = ["PARALLEL_MIN_WORK", "DevicePolicy", "cpu_threads", "device_policy", "quantile", "thread_policy"]
 
@@ -113,13 +113,11 @@ def cpu_threads(work: float, *, default: int | None = None) -> int:
     1
     """
     default = torch.get_num_threads() if default is None else default
-    env = os.environ.get("DENSITAS_THREADS", "auto").strip().lower() or "auto"
-    if env == "torch":
+    setting = threads_override()
+    if setting == "torch":
         return default
-    if env != "auto":
-        if not env.isdigit() or int(env) < 1:
-            raise InputError(f"DENSITAS_THREADS must be 'auto', 'torch' or an int ≥ 1. Got {env!r} instead.")
-        return int(env)
+    if setting != "auto":
+        return setting
     if work < PARALLEL_MIN_WORK:
         return 1
     cores = os.cpu_count() or 1

@@ -15,26 +15,18 @@ keeps the BLAS library's own setting.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 from collections.abc import Iterator
 
-from densitas._blas import blas_threads
-from densitas.exceptions import InputError
+from densitas._blas import blas_threads, threads_override
 
 __all__ = ["query_blas_threads"]
 
 
 def _wanted() -> int | None:
     """The BLAS thread count a query runs with (None: leave the library's setting)."""
-    env = os.environ.get("DENSITAS_THREADS", "auto").strip().lower() or "auto"
-    if env == "auto":
-        return 1
-    if env == "torch":
-        return None
-    if not env.isdigit() or int(env) < 1:
-        raise InputError(f"DENSITAS_THREADS must be 'auto', 'torch' or an int ≥ 1. Got {env!r} instead.")
-    return int(env)
+    setting = threads_override()
+    return 1 if setting == "auto" else None if setting == "torch" else setting
 
 
 @contextlib.contextmanager
