@@ -171,7 +171,8 @@ def gpu_rows(reps: int, seed: int, small: bool) -> list[dict]:
 
 def variant_rows(reps: int, seed: int) -> list[dict]:
     """The fused driver's variants at the two in-memory cases of the issue: dot precision (TF32 or float16
-    operands) × one piece or two (a first 1/16 of the references seeds the rest), and the kernel's launch
+    operands) × one piece, two (a first 1/16 of the references seeds the rest) or the threshold pass (seeds from
+    samples, then every reference below the seed into a buffer: no top-k on chip), and the kernel's launch
     settings for float16 at kp = 128; each beside the current default, all checked exact."""
     from densitas.neighbors import _triton as fused
 
@@ -183,12 +184,13 @@ def variant_rows(reps: int, seed: int) -> list[dict]:
         Y = torch.randn(m, d, device=dev, generator=g)
         base = None
         for precision in ("tf32", "fp16"):
-            for first in (0, n // fused.FIRST_PIECE):
-                t, (_, i_v) = timed(lambda X=X, Y=Y, k=k, p=precision, f=first: fused.fused_kneighbors(
-                    Y, X, k, metric="sqeuclidean", precision=p, first_piece=f), dev, reps)
+            for driver, first, threshold in (("one piece", 0, False), ("two pieces", n // fused.FIRST_PIECE, False),
+                                             ("threshold pass", 0, True)):
+                t, (_, i_v) = timed(lambda X=X, Y=Y, k=k, p=precision, f=first, th=threshold: fused.fused_kneighbors(
+                    Y, X, k, metric="sqeuclidean", precision=p, first_piece=f, threshold=th), dev, reps)
                 base = base or t
                 rows.append({"case": f"variants {m:,} × {n:,}, d={d}, k={k}",
-                             "impl": f"fused {precision}, {'two pieces' if first else 'one piece'}", "s": t,
+                             "impl": f"fused {precision}, {driver}", "s": t,
                              "ratio": base / t, "agree": exact_share(X, Y, k, i_v)})
         kp = fused._pow2(k + max(8, k // 4))
         for bm, bn, w, st in ([(16, 128, 4, 2), (32, 128, 4, 2), (16, 128, 2, 2), (16, 128, 2, 3), (16, 128, 4, 4)]

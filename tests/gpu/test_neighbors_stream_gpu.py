@@ -90,10 +90,11 @@ def test_streamed_reader_chunks_cuda(tmp_path):
 
 @pytest.mark.parametrize(("n", "d", "k"), [(300_000, 64, 10), (200_000, 128, 100), (150_000, 7, 3)])
 @pytest.mark.parametrize("precision", ["tf32", "fp16"])
-@pytest.mark.parametrize("pieces", [1, 2])
+@pytest.mark.parametrize("pieces", [1, 2, "threshold"])
 def test_fused_driver_cuda_is_exact(precision, pieces, n, d, k):
-    """The in-memory fused driver in one piece or two (the first seeds the rest), with TF32 or float16 operands,
-    on the real kernel: the float64 answer, ties by the lower index."""
+    """The in-memory fused driver in one piece, in two (the first seeds the rest) or as the threshold pass (seeds
+    from samples, then the rows below the seed), with TF32 or float16 operands, on the real kernel: the float64
+    answer, ties by the lower index."""
     from densitas.neighbors import _triton as fused
 
     X, Y = _data(n, d, n + k)
@@ -102,8 +103,9 @@ def test_fused_driver_cuda_is_exact(precision, pieces, n, d, k):
     stats: dict[str, int] = {}
     first = n // fused.FIRST_PIECE if pieces == 2 else 0
     D, I_ = fused.fused_kneighbors(Yc, Xc, k, metric="sqeuclidean", precision=precision, first_piece=first,
-                                   stats=stats)
+                                   threshold=pieces == "threshold", stats=stats)
     assert stats["first_piece"] == first
+    assert ("threshold" in stats) is (pieces == "threshold")
     rd, ri = _brute(Yc, Xc, k)
     assert torch.equal(I_, ri)
     assert torch.allclose(D, rd, rtol=1e-12, atol=1e-9)
@@ -120,5 +122,23 @@ def test_streamed_half_operands_cuda_is_exact(monkeypatch, k):
                               memory_budget="16MB", stats=stats)
     assert stats.chunks > 2 and stats.backend == "triton"
     rd, ri = _brute(Y.cuda(), X.cuda(), k)
+    assert torch.equal(I_, ri)
+    assert torch.allclose(D, rd, rtol=1e-12, atol=1e-9)
+
+
+def test_threshold_pass_with_clustered_rows_cuda_is_exact():
+    """Ordered, clustered references with 9,000 copies of one row (past the buffer's slots for the queries at it):
+    the threshold pass on the real kernels gives the float64 answer."""
+    from densitas.neighbors import _triton as fused
+
+    X, Y = _data(400_000, 32, 300)
+    X = X[torch.argsort(X[:, 0])]
+    X[1000:10000] = X[77]
+    Y[:5] = X[77]
+    Xc, Yc = X.cuda(), Y.cuda()
+    stats: dict[str, int] = {}
+    D, I_ = fused.fused_kneighbors(Yc, Xc, 100, metric="sqeuclidean", stats=stats)
+    assert stats["threshold"] == len(Y)
+    rd, ri = _brute(Yc, Xc, 100)
     assert torch.equal(I_, ri)
     assert torch.allclose(D, rd, rtol=1e-12, atol=1e-9)

@@ -187,10 +187,21 @@ def test_uncertified_queries_take_the_brute_force(driver):
     assert I_[1].tolist() == np.lexsort((np.arange(120), ref))[:5].tolist()
 
 
+def _below_with_cap(cap):
+    def run(Y, X, kp, *, precision, splits, seed):
+        return fused.candidates_below(Y, X, kp, seed, precision=precision, splits=splits, cap=cap)
+    return run
+
+
 @pytest.mark.parametrize(("m", "n", "d", "kp", "splits"), [(6, 150, 3, 16, 2), (4, 70, 5, 16, 1)])
-def test_seeded_candidates_keep_only_values_below_the_seed(m, n, d, kp, splits):
+@pytest.mark.parametrize("form", ["top-k on chip", "below, roomy buffer", "below, buffer overflows"])
+def test_seeded_candidates_keep_only_values_below_the_seed(m, n, d, kp, splits, form):
     """With a per-query seed the kernel returns the nearest rows whose value is below it (ties by the lower
-    index) and nothing else; every row not returned has a value ≥ min(seed, the kp-th value)."""
+    index) and nothing else; every row not returned has a value ≥ min(seed, the kp-th value). The same holds for
+    :func:`candidates_below` (no top-k on chip: a buffer of the rows below the seed), also when a query's rows
+    below its seed overflow the buffer (that query then takes the top-k kernel)."""
+    fn = {"top-k on chip": fused.candidates, "below, roomy buffer": _below_with_cap(4096),
+          "below, buffer overflows": _below_with_cap(kp)}[form]
     g = torch.Generator().manual_seed(SEED)
     X = torch.randint(0, 4, (n, d), generator=g).float()
     Y = torch.randint(0, 4, (m, d), generator=g).float()
@@ -198,7 +209,7 @@ def test_seeded_candidates_keep_only_values_below_the_seed(m, n, d, kp, splits):
     seed = torch.tensor([rd[j, min(3 * j, n - 1)] for j in range(m)], dtype=torch.float32)
     seed[0] = float("inf")  # no seed for the first query
     seed[1] = 0.0  # nothing wanted
-    dist, idx = fused.candidates(Y, X, kp, precision="ieee", splits=splits, seed=seed)
+    dist, idx = fn(Y, X, kp, precision="ieee", splits=splits, seed=seed)
     for j in range(m):
         below = rd[j] < seed[j].double()
         want = ri[j][below][:kp]
@@ -330,3 +341,62 @@ def test_two_piece_is_the_default_past_its_threshold(monkeypatch):
     assert torch.equal(I_, ri)
     fused.fused_kneighbors(Y, X, 3, metric="cosine", stats=stats)
     assert stats["first_piece"] == 0  # cosine: one piece
+
+
+@pytest.mark.parametrize("precision", ["tf32", "fp16"])
+def test_threshold_pass_equals_float64_brute_force(precision):
+    """The threshold pass (seeds from two even samples, then the rows below the seed): the float64 answer, ties by
+    the lower index; on continuous data every query is certified in the first pass (a seed too tight would leave
+    them uncertified, one too loose overflows nothing here)."""
+    g = torch.Generator().manual_seed(SEED)
+    X, Y = torch.randn(3000, 5, generator=g), torch.randn(40, 5, generator=g)
+    X = X[torch.argsort(X[:, 0])]  # ordered rows: a prefix would be a poor sample, the even one is not
+    for k in (1, 12):
+        stats: dict[str, int] = {}
+        D, I_ = fused.fused_kneighbors(Y, X, k, metric="sqeuclidean", precision=precision, threshold=True,
+                                       stats=stats)
+        rd, ri = _reference(Y, X, k)
+        assert stats["threshold"] == len(Y) and stats["uncertified"] == 0, f"k={k}, seed {SEED}: {stats}"
+        assert torch.equal(I_, ri), f"k={k}, seed {SEED}"
+        np.testing.assert_allclose(D.numpy(), rd.numpy(), rtol=1e-12, atol=0)
+
+
+def test_threshold_pass_with_more_ties_than_its_buffer_holds():
+    """1,100 copies of one row: the queries at that row have more rows below their seed than the buffer's 1,024
+    slots, take the top-k kernel, and still get the float64 answer (ties by the lower index)."""
+    g = torch.Generator().manual_seed(SEED)
+    X = torch.randint(0, 4, (2600, 3), generator=g).float()
+    X[300:1400] = X[7]
+    Y = torch.cat([X[[7, 7, 0]], torch.randn(3, 3, generator=g)])
+    D, I_ = fused.fused_kneighbors(Y, X, 6, metric="sqeuclidean", threshold=True)
+    rd, ri = _reference(Y, X, 6)
+    assert torch.equal(I_, ri), f"seed {SEED}"
+    np.testing.assert_allclose(D.numpy(), rd.numpy(), rtol=1e-12, atol=0)
+
+
+def test_threshold_pass_is_the_default_for_long_lists_on_many_rows(monkeypatch):
+    monkeypatch.setattr(fused, "THRESHOLD_MIN_ROWS", 500)
+    monkeypatch.setattr(fused, "THRESHOLD_MIN_KP", 32)
+    g = torch.Generator().manual_seed(SEED)
+    X, Y = torch.randn(600, 3, generator=g), torch.randn(3, 3, generator=g)
+    for k, metric, n, used in ((20, "euclidean", 600, True), (5, "euclidean", 600, False),
+                               (20, "cosine", 600, False), (20, "euclidean", 400, False)):
+        stats: dict[str, int] = {}
+        _d, I_ = fused.fused_kneighbors(Y, X[:n], k, metric=metric, stats=stats)
+        assert ("threshold" in stats) is used, (k, metric, n)
+        if metric == "euclidean":
+            assert torch.equal(I_, _reference(Y, X[:n], k)[1]), f"k={k}, n={n}, seed {SEED}"
+
+
+def test_threshold_pass_with_a_seed_too_tight_still_answers_exactly(monkeypatch):
+    """A seed below the true k-th value (here: 0, which no row passes) leaves neighbours out of the buffer: the
+    queries go uncertified and are recomputed, and the answer stays the float64 one."""
+    monkeypatch.setattr(fused, "seed_above", lambda kth, eps: torch.zeros_like(kth, dtype=torch.float32))
+    g = torch.Generator().manual_seed(SEED)
+    X, Y = torch.randn(2000, 4, generator=g), torch.randn(12, 4, generator=g)
+    stats: dict[str, int] = {}
+    D, I_ = fused.fused_kneighbors(Y, X, 8, metric="sqeuclidean", threshold=True, stats=stats)
+    rd, ri = _reference(Y, X, 8)
+    assert stats["uncertified"] == len(Y), stats
+    assert torch.equal(I_, ri), f"seed {SEED}"
+    np.testing.assert_allclose(D.numpy(), rd.numpy(), rtol=1e-12, atol=0)

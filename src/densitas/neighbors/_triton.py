@@ -30,8 +30,8 @@ from densitas._backend.device import sm_count
 from densitas.exceptions import InputError
 from densitas.neighbors.distances import DOT_ROUNDOFF, rounding_bound, seed_above
 
-__all__ = ["MAX_D", "MAX_KP", "MAX_ROWS", "candidates", "fused_applies", "fused_kneighbors", "masked_kneighbors",
-           "mixed_kneighbors", "tile_topk"]
+__all__ = ["MAX_D", "MAX_KP", "MAX_ROWS", "candidates", "candidates_below", "fused_applies", "fused_kneighbors",
+           "masked_kneighbors", "mixed_kneighbors", "tile_topk"]
 
 MAX_KP = 256  # the largest candidate list kept on chip; larger k takes the GEMM + topk path
 MAX_D = 256  # the widest rows one dot covers; wider data takes the GEMM + topk path
@@ -123,6 +123,60 @@ def _knn_kernel(Q, R, QN, RN, RNMAX, DS, SEED, OUT, m, n, d, n_per_split,
     best = tl.sort(best, dim=1)
     out = OUT + (rows[:, None] * n_splits + pid_s) * KP + kk[None, :]
     tl.store(out, best, mask=rmask[:, None])
+
+
+@triton.jit
+def _below_tile(q, R, qn, RN, tau, ds, CNT, OUT, rows, cols, stop, d, cap, stride_r,
+                BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, PRECISION: tl.constexpr,
+                SCALED: tl.constexpr):
+    """Append the keys of the tile ``cols``'s references below each query's ``tau`` to the query's row of ``OUT``."""
+    cmask = cols < stop
+    dk = tl.arange(0, BD)
+    r = tl.load(R + cols[:, None].to(tl.int64) * stride_r + dk[None, :], mask=cmask[:, None] & (dk < d)[None, :],
+                other=0.0)
+    acc = tl.dot(q, tl.trans(r), input_precision=PRECISION)
+    if SCALED:  # exact: a power of two
+        acc = acc * ds
+    rn = tl.load(RN + cols, mask=cmask, other=float("inf"))  # +inf: references past the end never pass
+    dist = tl.maximum(qn[:, None] + rn[None, :] - 2.0 * acc, 0.0)
+    hit = dist < tau[:, None]
+    if tl.max(tl.max(hit.to(tl.int32), axis=1), axis=0) > 0:
+        slot = tl.atomic_add(CNT + rows[:, None] + 0 * cols[None, :], tl.full([BM, BN], 1, tl.int32), mask=hit,
+                             sem="relaxed")
+        keys = (dist.to(tl.int32, bitcast=True).to(tl.int64) << 32) | cols[None, :].to(tl.int64)
+        tl.store(OUT + rows[:, None].to(tl.int64) * cap + slot, keys, mask=hit & (slot < cap))
+
+
+@triton.jit
+def _below_kernel(Q, R, QN, RN, DS, TAU, CNT, OUT, m, n, d, n_per_split, cap, stride_q, stride_r,
+                  BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, PRECISION: tl.constexpr,
+                  INTERPRETED: tl.constexpr, SCALED: tl.constexpr):
+    """Every reference whose approximate squared distance to a query is below the query's ``TAU``: its key (the
+    distance's bits above the row, as in :func:`_tile`) is appended to the query's row of ``OUT`` (``cap`` wide)
+    at the slot an atomic counter ``CNT`` hands out; a count past ``cap`` is still counted, not stored. No top-k
+    is kept on chip, so a block can hold many queries (each reference tile is read once per block)."""
+    pid_m = tl.program_id(0)
+    pid_s = tl.program_id(1)
+    rows = pid_m * BM + tl.arange(0, BM)
+    rmask = rows < m
+    qn = tl.load(QN + rows, mask=rmask, other=0.0)
+    tau = tl.load(TAU + rows, mask=rmask, other=float("-inf"))  # padding rows never pass
+    ds = tl.load(DS)
+    dk = tl.arange(0, BD)
+    q = tl.load(Q + rows[:, None].to(tl.int64) * stride_q + dk[None, :], mask=rmask[:, None] & (dk < d)[None, :],
+                other=0.0)
+    start = pid_s * n_per_split
+    stop = tl.minimum(start + n_per_split, n)
+    if INTERPRETED:  # the interpreter runs no range() over a runtime bound; a while loop is the same walk
+        c0 = start
+        while c0 < stop:
+            _below_tile(q, R, qn, RN, tau, ds, CNT, OUT, rows, c0 + tl.arange(0, BN), stop, d, cap, stride_r,
+                        BM, BN, BD, PRECISION, SCALED)
+            c0 += BN
+    else:
+        for c0 in range(start, stop, BN):
+            _below_tile(q, R, qn, RN, tau, ds, CNT, OUT, rows, c0 + tl.arange(0, BN), stop, d, cap, stride_r,
+                        BM, BN, BD, PRECISION, SCALED)
 
 
 def _pow2(x: int) -> int:
@@ -220,6 +274,111 @@ def candidates(Q: torch.Tensor, R: torch.Tensor, kp: int, *, precision: str = "t
     dist = (keys >> 32).to(torch.int32).view(torch.float32)
     return dist, keys & 0xFFFFFFFF
 
+
+def candidates_below(Q: torch.Tensor, R: torch.Tensor, kp: int, seed: torch.Tensor, *, precision: str = "tf32",
+                     cap: int | None = None, splits: int | None = None, block_m: int | None = None,
+                     block_n: int | None = None, num_warps: int | None = None,
+                     num_stages: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`candidates` with a seed, in two steps: a kernel that keeps no top-k on chip appends every reference
+    below its query's ``seed`` to a per-query buffer of ``cap`` slots (:func:`_below_kernel`), then ``torch.topk``
+    takes the ``kp`` smallest of each buffer. It is the faster form when the seed is tight (few references pass,
+    as when it is the exact k-th value of a sample of the references): a block can then hold 64 queries instead of
+    16, and a tile costs a dot and a comparison. Queries with more than ``cap`` references below their seed run
+    :func:`candidates` instead. The contract is :func:`candidates`'s: every reference not returned has a value
+    ≥ ``min(seed, dist2[:, -1])``.
+
+    Parameters
+    ----------
+    Q, R : torch.Tensor
+        float32, 2-D, same device and width.
+    kp : int
+        Candidates per query, a power of two ≤ :data:`MAX_KP`.
+    seed : torch.Tensor of shape (len(Q),)
+        Per query, the value below which references are kept.
+    precision : {"tf32", "ieee", "fp16"}
+        As in :func:`candidates`.
+    cap : int, optional
+        Slots per query (default ``8·kp``, at least 1,024).
+    splits, block_m, block_n, num_warps, num_stages : int, optional
+        Launch settings (default: 64 queries × 64 references per tile, 4 warps, 3 stages).
+
+    Returns
+    -------
+    dist2 : torch.Tensor of shape (len(Q), kp), float32
+    index : torch.Tensor of shape (len(Q), kp), int64
+
+    Examples
+    --------
+    >>> import torch
+    >>> R = torch.arange(8.0).reshape(8, 1)
+    >>> Q = torch.tensor([[2.2]])
+    >>> # on CUDA or under Triton's interpreter (TRITON_INTERPRET=1)
+    >>> d2, i = candidates_below(Q, R, 2, torch.tensor([1.0]), precision="ieee")  # doctest: +SKIP
+    >>> i.tolist()  # doctest: +SKIP
+    [[2, 3]]
+    """
+    m, d = Q.shape
+    n = R.shape[0]
+    if precision not in ("tf32", "ieee", "fp16"):
+        raise InputError("The 'precision' parameter of candidates_below must be 'tf32', 'ieee' or 'fp16'. Got "
+                         f"{precision!r} instead.")
+    if kp != _pow2(kp) or kp > MAX_KP:
+        raise InputError(f"The 'kp' parameter of candidates_below must be a power of two <= {MAX_KP}. Got {kp} "
+                         "instead.")
+    if n > MAX_ROWS:
+        raise InputError(f"The 'R' parameter of candidates_below must have at most {MAX_ROWS:,} rows. Got {n:,} "
+                         "instead.")
+    cap = max(int(cap or max(1024, 8 * kp)), kp)
+    Q, R = Q.contiguous(), R.contiguous()
+    qn, rn = (Q * Q).sum(1), (R * R).sum(1)
+    BM, BN = block_m or 64, block_n or 64
+    BD = max(16, _pow2(d))
+    stages = num_stages or 3
+    while stages > 1 and stages * (BM + BN) * BD * 4 > SHARED_BYTES and not num_stages:
+        stages -= 1
+    blocks = triton.cdiv(m, BM)
+    if splits is None:
+        sms = sm_count(Q.device) if Q.is_cuda else 4
+        splits = max(1, min(triton.cdiv(4 * sms, blocks), triton.cdiv(n, 16 * BN)))
+    per = triton.cdiv(triton.cdiv(max(n, 1), splits), BN) * BN
+    splits = triton.cdiv(max(n, 1), per)
+    scaled = precision == "fp16"
+    if scaled:
+        Qk, Rk, ds = _half_operands(Q, R)
+    else:
+        Qk, Rk, ds = Q, R, qn.new_ones(1)
+    seed = seed.to(torch.float32).contiguous()
+    keys = torch.empty((m, kp), dtype=torch.int64, device=Q.device)
+    group = max(BM, (BUFFER_BYTES // (8 * cap)) // BM * BM)  # queries per launch: the buffer stays bounded
+    for g0 in range(0, m, group):
+        g1 = min(g0 + group, m)
+        count = torch.zeros(g1 - g0, dtype=torch.int32, device=Q.device)
+        out = torch.full((g1 - g0, cap), 0x7FFFFFFFFFFFFFFF, dtype=torch.int64, device=Q.device)
+        if n:
+            _below_kernel[(triton.cdiv(g1 - g0, BM), splits)](
+                Qk[g0:g1], Rk, qn[g0:g1], rn, ds, seed[g0:g1], count, out, g1 - g0, n, d, per, cap, Qk.stride(0),
+                Rk.stride(0), BM=BM, BN=BN, BD=BD, PRECISION="ieee" if scaled else precision,
+                INTERPRETED=os.environ.get("TRITON_INTERPRET") == "1", SCALED=scaled, num_warps=num_warps or 4,
+                num_stages=stages)
+        keys[g0:g1] = torch.topk(out, kp, dim=1, largest=False, sorted=True).values
+        over = torch.nonzero(count > cap).flatten() + g0
+        if len(over):  # too many below the seed: the kernel that keeps a top-k on chip
+            dist_o, idx_o = candidates(Q[over], R, kp, precision=precision, seed=seed[over])
+            keys[over] = (dist_o.view(torch.int32).to(torch.int64) << 32) | idx_o
+    padding = keys == 0x7FFFFFFFFFFFFFFF
+    dist = torch.where(padding, math.inf, (keys >> 32).to(torch.int32).view(torch.float32))
+    index = torch.where(padding, n, keys & 0xFFFFFFFF)
+    return dist, index
+
+
+#: The candidate buffer of one :func:`candidates_below` launch (queries × slots × 8 bytes) stays below this.
+BUFFER_BYTES = 1 << 30
+#: The threshold pass (:func:`_threshold_pass`) samples 1/THRESHOLD_SAMPLE² then 1/THRESHOLD_SAMPLE of the
+#: references to set its seed; it runs for kp ≥ THRESHOLD_MIN_KP candidates and THRESHOLD_MIN_ROWS references
+#: (None: never).
+THRESHOLD_SAMPLE = 16
+THRESHOLD_MIN_KP = 64
+THRESHOLD_MIN_ROWS: int | None = 1 << 18
 
 #: float16's largest power of two kept below its maximum (65,504) after scaling, and its smallest normal
 HALF_TOP, HALF_TINY = 2.0**14, 2.0**-14
@@ -338,6 +497,56 @@ def _two_piece_pass(q64: torch.Tensor, Yc: torch.Tensor, X: torch.Tensor, Xc: to
     return _Ranked(dist, ind, dist[:, k - 1], last, head.eps)
 
 
+def _strided(n: int, rows: int, device: torch.device) -> torch.Tensor:
+    """About ``rows`` row numbers spread evenly over ``range(n)`` (a sample that ordered data cannot fool the way a
+    prefix can)."""
+    step = max(1, n // max(rows, 1))
+    return torch.arange(0, n, step, device=device)[:max(rows, 1)]
+
+
+def _bound_from(q64: torch.Tensor, X: torch.Tensor, ids: torch.Tensor, k: int) -> torch.Tensor:
+    """An upper bound of each query's exact k-th squared distance: the k-th smallest exact value over the rows
+    ``ids`` (any k references bound it; +inf where fewer than k are valid)."""
+    exact = _rerank(q64, X, ids, "sqeuclidean")
+    return torch.kthvalue(exact, k, dim=1).values if exact.shape[1] >= k else torch.full_like(exact[:, 0], math.inf)
+
+
+def _threshold_pass(q64: torch.Tensor, Yc: torch.Tensor, X: torch.Tensor, Xc: torch.Tensor, cmax: float,
+                    k: int, kp: int, precision: str, stats: dict[str, int] | None = None) -> _Ranked:
+    """:func:`_candidate_pass` (squared Euclidean) without a top-k on chip for the bulk of the work: a seed that
+    only about ``THRESHOLD_SAMPLE · k`` references per query pass, then :func:`candidates_below` over all of them.
+
+    1. PyTorch's GEMM + top-k on an even sample of ``n / THRESHOLD_SAMPLE²`` references: the exact k-th value of
+       the k nearest of them bounds the true k-th value from above (any k references do); plus 2ε, a seed.
+    2. :func:`candidates_below` on a sample of ``n / THRESHOLD_SAMPLE`` references with that seed: a tighter
+       bound the same way.
+    3. :func:`candidates_below` on every reference with the tighter seed: the ``kp`` smallest of those below it.
+
+    A reference not returned has a kernel value ≥ ``min(seed, last)``, so the certificate's ``last`` is that
+    minimum; a seed too loose for the buffers only costs time (those queries run :func:`candidates`)."""
+    n = len(X)
+    eps = rounding_bound(precision, Yc.norm(dim=1), cmax, X.shape[1])
+    Yf = Yc.to(torch.float32)
+    s0 = _strided(n, max(kp, n // THRESHOLD_SAMPLE**2), X.device)
+    Xs = Xc[s0]
+    approx = torch.addmm((Xs * Xs).sum(1)[None, :], Yf, Xs.T, alpha=-2.0)
+    near = torch.topk(approx, min(k, len(s0)), dim=1, largest=False, sorted=False).indices
+    seed = seed_above(_bound_from(q64, X, s0[near], k), eps)
+    s1 = _strided(n, max(kp, n // THRESHOLD_SAMPLE), X.device)
+    cap = max(1024, _pow2(3 * k * THRESHOLD_SAMPLE))  # about k·THRESHOLD_SAMPLE pass: room for three times that
+    _, loc = candidates_below(Yf, Xc[s1], kp, seed, precision=precision, cap=cap)
+    safe = s1[loc.clamp(max=len(s1) - 1)]
+    tighter = torch.where(loc < len(s1), safe, n)
+    seed = torch.minimum(seed, seed_above(_bound_from(q64, X, tighter, k), eps))
+    d2, idx = candidates_below(Yf, Xc, kp, seed, precision=precision, cap=cap)
+    exact = _rerank(q64, X, idx, "sqeuclidean")
+    dist, ind = _exact_order(exact, idx, k)
+    last = torch.minimum(d2[:, -1], seed)
+    if stats is not None:
+        stats["threshold"] = stats.get("threshold", 0) + len(q64)
+    return _Ranked(dist, ind, torch.sort(exact, dim=1).values[:, k - 1], last, eps)
+
+
 def _settle(dist: torch.Tensor, ind: torch.Tensor, kth: torch.Tensor, last: torch.Tensor, eps: torch.Tensor,
             n: int, kp: int, exact: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
     """The certificate and its fallback, shared by every driver: a query is certified when its exact k-th value
@@ -360,6 +569,7 @@ def _settle(dist: torch.Tensor, ind: torch.Tensor, kth: torch.Tensor, last: torc
 
 def fused_kneighbors(Y: torch.Tensor, X: torch.Tensor, k: int, *, metric: str = "euclidean",
                      precision: str | None = None, query_chunk: int = 1 << 16, first_piece: int | None = None,
+                     threshold: bool | None = None,
                      stats: dict[str, int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact k nearest rows of ``X`` for each row of ``Y`` through the fused kernel, certified in float64.
 
@@ -389,6 +599,10 @@ def fused_kneighbors(Y: torch.Tensor, X: torch.Tensor, k: int, *, metric: str = 
     first_piece : int, optional
         References in an unseeded first piece whose exact k-th values seed the kernel over the rest; default
         ``n // FIRST_PIECE`` when ``TWO_PIECE_MIN_ROWS`` is set and ``n`` reaches it, else one piece (0).
+    threshold : bool, optional
+        Run the threshold pass (:func:`_threshold_pass`: a seed from samples of the references, then a kernel with
+        no top-k on chip) instead of the fused top-k kernel; default: for ``kp >= THRESHOLD_MIN_KP`` candidates
+        and ``n >= THRESHOLD_MIN_ROWS`` references (squared Euclidean forms only, not cosine).
     stats : dict, optional
         Filled with counts: ``queries``, ``uncertified`` (after the first pass) and ``uncertified_ieee`` (after
         the float32 pass, the ones brute force recomputes).
@@ -404,6 +618,9 @@ def fused_kneighbors(Y: torch.Tensor, X: torch.Tensor, k: int, *, metric: str = 
     Xc, mu, cmax = _centred(X, cosine)
     kp = _pow2(k + max(8, k // 4))
     first = _first_piece(len(X), kp, first_piece) if not cosine else 0
+    if threshold is None:
+        threshold = THRESHOLD_MIN_ROWS is not None and kp >= THRESHOLD_MIN_KP and len(X) >= THRESHOLD_MIN_ROWS
+    threshold = bool(threshold) and not cosine and not first and len(X) > kp
     if stats is not None:
         stats["first_piece"] = first
     out_d, out_i = [], []
@@ -411,7 +628,9 @@ def fused_kneighbors(Y: torch.Tensor, X: torch.Tensor, k: int, *, metric: str = 
         q64 = Y[q0:q0 + query_chunk].to(torch.float64)
         Yw = q64 / q64.norm(dim=1, keepdim=True) if cosine else q64
         Yc = Yw - mu
-        if first:
+        if threshold:
+            ranked = _threshold_pass(q64, Yc, X, Xc, cmax, k, kp, precision, stats)
+        elif first:
             ranked = _two_piece_pass(q64, Yc, X, Xc, cmax, k, kp, precision, first)
         else:
             ranked = _candidate_pass(q64, Yw, Yc, X, Xc, cmax, k, kp, precision, exact_metric)
