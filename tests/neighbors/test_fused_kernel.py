@@ -215,6 +215,8 @@ def test_seeded_candidates_keep_only_values_below_the_seed(m, n, d, kp, splits, 
         want = ri[j][below][:kp]
         got = idx[j][torch.isfinite(dist[j])]
         assert torch.equal(got, want), f"query {j}, seed {SEED}"
+        if form != "top-k on chip":  # the buffer's padding: row n at +inf
+            assert bool((idx[j][~torch.isfinite(dist[j])] == n).all()), f"query {j}, seed {SEED}"
         returned = set(got.tolist())
         floor = min(float(seed[j]), float(dist[j, -1]))
         dropped = [float(v) for v, i in zip(rd[j], ri[j], strict=True) if int(i) not in returned]
@@ -361,20 +363,53 @@ def test_threshold_pass_equals_float64_brute_force(precision):
         np.testing.assert_allclose(D.numpy(), rd.numpy(), rtol=1e-12, atol=0)
 
 
-def test_threshold_pass_with_more_ties_than_its_buffer_holds():
+def test_candidates_below_in_several_launches_with_overflowing_rows(monkeypatch):
+    """A buffer budget of one block of queries: 150 queries take three launches, and those with more rows below
+    their seed than the 64 slots (those at or near the 81 copies of row 5) take the top-k kernel — the same
+    candidates as :func:`candidates` either way, at the right queries."""
+    monkeypatch.setattr(fused, "BUFFER_BYTES", 64 * 64 * 8)
+    calls = []
+    top_k = fused.candidates
+
+    def counted(Q, *args, **kwargs):
+        calls.append(len(Q))
+        return top_k(Q, *args, **kwargs)
+
+    monkeypatch.setattr(fused, "candidates", counted)
+    g = torch.Generator().manual_seed(SEED)
+    X = torch.randn(400, 4, generator=g)
+    X[100:180] = X[5]
+    Y = torch.cat([torch.randn(140, 4, generator=g), X[[5] * 10]])[torch.randperm(150, generator=g)]
+    rd, _ri = _reference(Y, X, 400)
+    seed = (rd[:, 20] * 1.01 + 1e-3).to(torch.float32)  # the 81 copies pass for the queries at row 5
+    d2, idx = fused.candidates_below(Y, X, 16, seed, precision="ieee", cap=64, block_m=64)
+    want_d, want_i = top_k(Y, X, 16, precision="ieee", seed=seed)
+    over = int(((rd < seed[:, None].double()).sum(1) > 64).sum())  # the copies of row 5 pass: ≥ the ten at it
+    assert over >= 10 and sum(calls) == over, (over, calls)  # the overflowing rows, and only they, over 3 launches
+    fin = torch.isfinite(want_d)
+    assert torch.equal(d2, want_d) and torch.equal(idx[fin], want_i[fin]), f"seed {SEED}"
+
+
+def test_threshold_pass_with_more_ties_than_its_buffer_holds(monkeypatch):
     """1,100 copies of one row: the queries at that row have more rows below their seed than the buffer's 1,024
     slots, take the top-k kernel, and still get the float64 answer (ties by the lower index)."""
+    calls = []
+    top_k = fused.candidates
+    monkeypatch.setattr(fused, "candidates", lambda Q, *a, **kw: calls.append(len(Q)) or top_k(Q, *a, **kw))
     g = torch.Generator().manual_seed(SEED)
     X = torch.randint(0, 4, (2600, 3), generator=g).float()
     X[300:1400] = X[7]
     Y = torch.cat([X[[7, 7, 0]], torch.randn(3, 3, generator=g)])
     D, I_ = fused.fused_kneighbors(Y, X, 6, metric="sqeuclidean", threshold=True)
     rd, ri = _reference(Y, X, 6)
+    assert calls and calls[0] >= 2, calls  # the two queries at row 7 overflowed (the first call)
     assert torch.equal(I_, ri), f"seed {SEED}"
     np.testing.assert_allclose(D.numpy(), rd.numpy(), rtol=1e-12, atol=0)
 
 
 def test_threshold_pass_is_the_default_for_long_lists_on_many_rows(monkeypatch):
+    """By default (patched thresholds here) the pass runs for long lists on many rows, not for short lists, few
+    rows or cosine; the answers are the float64 ones either way."""
     monkeypatch.setattr(fused, "THRESHOLD_MIN_ROWS", 500)
     monkeypatch.setattr(fused, "THRESHOLD_MIN_KP", 32)
     g = torch.Generator().manual_seed(SEED)

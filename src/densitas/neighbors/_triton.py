@@ -141,7 +141,7 @@ def _below_tile(q, R, qn, RN, tau, ds, CNT, OUT, rows, cols, stop, d, cap, strid
     dist = tl.maximum(qn[:, None] + rn[None, :] - 2.0 * acc, 0.0)
     hit = dist < tau[:, None]
     if tl.max(tl.max(hit.to(tl.int32), axis=1), axis=0) > 0:
-        slot = tl.atomic_add(CNT + rows[:, None] + 0 * cols[None, :], tl.full([BM, BN], 1, tl.int32), mask=hit,
+        slot = tl.atomic_add(CNT + rows[:, None] + 0 * cols[None, :], tl.full([BM, BN], 1, tl.int64), mask=hit,
                              sem="relaxed")
         keys = (dist.to(tl.int32, bitcast=True).to(tl.int64) << 32) | cols[None, :].to(tl.int64)
         tl.store(OUT + rows[:, None].to(tl.int64) * cap + slot, keys, mask=hit & (slot < cap))
@@ -305,7 +305,9 @@ def candidates_below(Q: torch.Tensor, R: torch.Tensor, kp: int, seed: torch.Tens
     Returns
     -------
     dist2 : torch.Tensor of shape (len(Q), kp), float32
+        Approximate squared distances, ascending; ``inf`` past the references returned.
     index : torch.Tensor of shape (len(Q), kp), int64
+        Their reference rows (ties by the lower index); ``len(R)`` where ``dist2`` is ``inf``.
 
     Examples
     --------
@@ -352,7 +354,7 @@ def candidates_below(Q: torch.Tensor, R: torch.Tensor, kp: int, seed: torch.Tens
     group = max(BM, (BUFFER_BYTES // (8 * cap)) // BM * BM)  # queries per launch: the buffer stays bounded
     for g0 in range(0, m, group):
         g1 = min(g0 + group, m)
-        count = torch.zeros(g1 - g0, dtype=torch.int32, device=Q.device)
+        count = torch.zeros(g1 - g0, dtype=torch.int64, device=Q.device)  # past 2³¹ passes a slot would wrap
         out = torch.full((g1 - g0, cap), 0x7FFFFFFFFFFFFFFF, dtype=torch.int64, device=Q.device)
         if n:
             _below_kernel[(triton.cdiv(g1 - g0, BM), splits)](
@@ -365,9 +367,8 @@ def candidates_below(Q: torch.Tensor, R: torch.Tensor, kp: int, seed: torch.Tens
         if len(over):  # too many below the seed: the kernel that keeps a top-k on chip
             dist_o, idx_o = candidates(Q[over], R, kp, precision=precision, seed=seed[over])
             keys[over] = (dist_o.view(torch.int32).to(torch.int64) << 32) | idx_o
-    padding = keys == 0x7FFFFFFFFFFFFFFF
-    dist = torch.where(padding, math.inf, (keys >> 32).to(torch.int32).view(torch.float32))
-    index = torch.where(padding, n, keys & 0xFFFFFFFF)
+    dist = torch.where(keys == 0x7FFFFFFFFFFFFFFF, math.inf, (keys >> 32).to(torch.int32).view(torch.float32))
+    index = torch.where(torch.isinf(dist), n, keys & 0xFFFFFFFF)  # padding: no reference passes at +inf
     return dist, index
 
 
@@ -379,6 +380,22 @@ BUFFER_BYTES = 1 << 30
 THRESHOLD_SAMPLE = 16
 THRESHOLD_MIN_KP = 64
 THRESHOLD_MIN_ROWS: int | None = 1 << 18
+#: The threshold pass's first GEMM (queries × its sample of references, float32) runs in blocks below this size.
+STAGE0_BYTES = 1 << 28
+
+
+def threshold_applies(n: int, kp: int) -> bool:
+    """Whether :func:`fused_kneighbors` runs the threshold pass by default for ``n`` references and ``kp``
+    candidates."""
+    return THRESHOLD_MIN_ROWS is not None and kp >= THRESHOLD_MIN_KP and n >= THRESHOLD_MIN_ROWS and n > kp
+
+
+def threshold_bytes(n: int, d: int, k: int, m: int) -> int:
+    """Device memory the threshold pass adds for ``m`` queries (at most one launch's worth), ``n`` references of
+    ``d`` columns and ``k`` neighbours: its buffer and ``torch.topk``'s copy of it, the sample of the references
+    (float32 and float16 copies) and the first GEMM's block."""
+    cap = max(1024, _pow2(3 * k * THRESHOLD_SAMPLE))
+    return 2 * min(BUFFER_BYTES, m * cap * 8) + (n // THRESHOLD_SAMPLE + 1) * d * 6 + STAGE0_BYTES
 
 #: float16's largest power of two kept below its maximum (65,504) after scaling, and its smallest normal
 HALF_TOP, HALF_TINY = 2.0**14, 2.0**-14
@@ -529,8 +546,10 @@ def _threshold_pass(q64: torch.Tensor, Yc: torch.Tensor, X: torch.Tensor, Xc: to
     Yf = Yc.to(torch.float32)
     s0 = _strided(n, max(kp, n // THRESHOLD_SAMPLE**2), X.device)
     Xs = Xc[s0]
-    approx = torch.addmm((Xs * Xs).sum(1)[None, :], Yf, Xs.T, alpha=-2.0)
-    near = torch.topk(approx, min(k, len(s0)), dim=1, largest=False, sorted=False).indices
+    xs2 = (Xs * Xs).sum(1)[None, :]
+    block = max(1, STAGE0_BYTES // (4 * len(s0)))  # queries per GEMM: the (block × sample) matrix stays bounded
+    near = torch.cat([torch.topk(torch.addmm(xs2, Yf[b:b + block], Xs.T, alpha=-2.0), min(k, len(s0)), dim=1,
+                                 largest=False, sorted=False).indices for b in range(0, len(Yf), block)])
     seed = seed_above(_bound_from(q64, X, s0[near], k), eps)
     s1 = _strided(n, max(kp, n // THRESHOLD_SAMPLE), X.device)
     cap = max(1024, _pow2(3 * k * THRESHOLD_SAMPLE))  # about k·THRESHOLD_SAMPLE pass: room for three times that
@@ -602,10 +621,12 @@ def fused_kneighbors(Y: torch.Tensor, X: torch.Tensor, k: int, *, metric: str = 
     threshold : bool, optional
         Run the threshold pass (:func:`_threshold_pass`: a seed from samples of the references, then a kernel with
         no top-k on chip) instead of the fused top-k kernel; default: for ``kp >= THRESHOLD_MIN_KP`` candidates
-        and ``n >= THRESHOLD_MIN_ROWS`` references (squared Euclidean forms only, not cosine).
+        and ``n >= THRESHOLD_MIN_ROWS`` references (:func:`threshold_applies`). Squared Euclidean forms only:
+        ignored for cosine and when a first piece is set.
     stats : dict, optional
-        Filled with counts: ``queries``, ``uncertified`` (after the first pass) and ``uncertified_ieee`` (after
-        the float32 pass, the ones brute force recomputes).
+        Filled with counts: ``queries``, ``uncertified`` (after the first pass), ``uncertified_ieee`` (after the
+        float32 pass, the ones brute force recomputes), ``threshold`` (queries the threshold pass answered) and
+        ``first_piece`` (its size, 0 for one piece).
 
     Returns
     -------
@@ -619,7 +640,7 @@ def fused_kneighbors(Y: torch.Tensor, X: torch.Tensor, k: int, *, metric: str = 
     kp = _pow2(k + max(8, k // 4))
     first = _first_piece(len(X), kp, first_piece) if not cosine else 0
     if threshold is None:
-        threshold = THRESHOLD_MIN_ROWS is not None and kp >= THRESHOLD_MIN_KP and len(X) >= THRESHOLD_MIN_ROWS
+        threshold = threshold_applies(len(X), kp)
     threshold = bool(threshold) and not cosine and not first and len(X) > kp
     if stats is not None:
         stats["first_piece"] = first

@@ -135,7 +135,10 @@ def _fused(X: torch.Tensor, Y: torch.Tensor, k: int, metric: str, dev: torch.dev
     kp = fused._pow2(k + max(8, k // 4))
     if d > fused.MAX_D or kp > fused.MAX_KP or n > fused.MAX_ROWS or len(Y) == 0:
         return None
-    need = n * d * 4 + min(len(Y), 1 << 16) * kp * (d + 4) * 8  # the centred float32 copy, re-rank gathers
+    chunk = min(len(Y), 1 << 16)  # queries per launch of fused_kneighbors
+    need = n * d * 4 + chunk * kp * (d + 4) * 8  # the centred float32 copy, re-rank gathers
+    if fused.threshold_applies(n, kp):  # its buffer, sample copies and first GEMM block
+        need += fused.threshold_bytes(n, d, k, chunk)
     if need > (budget if budget is not None else default_budget(dev)):
         return None
     X, Y = X.to(dev), Y.to(dev)
