@@ -141,10 +141,12 @@ def _below_tile(q, R, qn, RN, tau, ds, CNT, OUT, rows, cols, stop, d, cap, strid
     dist = tl.maximum(qn[:, None] + rn[None, :] - 2.0 * acc, 0.0)
     hit = dist < tau[:, None]
     if tl.max(tl.max(hit.to(tl.int32), axis=1), axis=0) > 0:
-        slot = tl.atomic_add(CNT + rows[:, None] + 0 * cols[None, :], tl.full([BM, BN], 1, tl.int64), mask=hit,
+        # an int32 counter (an int64 one is several times slower on the H200); at most MAX_ROWS < 2³² references
+        # pass, so a count past 2³¹ reads as negative and never wraps back into [0, cap)
+        slot = tl.atomic_add(CNT + rows[:, None] + 0 * cols[None, :], tl.full([BM, BN], 1, tl.int32), mask=hit,
                              sem="relaxed")
         keys = (dist.to(tl.int32, bitcast=True).to(tl.int64) << 32) | cols[None, :].to(tl.int64)
-        tl.store(OUT + rows[:, None].to(tl.int64) * cap + slot, keys, mask=hit & (slot < cap))
+        tl.store(OUT + rows[:, None].to(tl.int64) * cap + slot, keys, mask=hit & (slot >= 0) & (slot < cap))
 
 
 @triton.jit
@@ -354,7 +356,7 @@ def candidates_below(Q: torch.Tensor, R: torch.Tensor, kp: int, seed: torch.Tens
     group = max(BM, (BUFFER_BYTES // (8 * cap)) // BM * BM)  # queries per launch: the buffer stays bounded
     for g0 in range(0, m, group):
         g1 = min(g0 + group, m)
-        count = torch.zeros(g1 - g0, dtype=torch.int64, device=Q.device)  # past 2³¹ passes a slot would wrap
+        count = torch.zeros(g1 - g0, dtype=torch.int32, device=Q.device)
         out = torch.full((g1 - g0, cap), 0x7FFFFFFFFFFFFFFF, dtype=torch.int64, device=Q.device)
         if n:
             _below_kernel[(triton.cdiv(g1 - g0, BM), splits)](
@@ -363,7 +365,7 @@ def candidates_below(Q: torch.Tensor, R: torch.Tensor, kp: int, seed: torch.Tens
                 INTERPRETED=os.environ.get("TRITON_INTERPRET") == "1", SCALED=scaled, num_warps=num_warps or 4,
                 num_stages=stages)
         keys[g0:g1] = torch.topk(out, kp, dim=1, largest=False, sorted=True).values
-        over = torch.nonzero(count > cap).flatten() + g0
+        over = torch.nonzero((count > cap) | (count < 0)).flatten() + g0  # negative: past 2³¹ passes
         if len(over):  # too many below the seed: the kernel that keeps a top-k on chip
             dist_o, idx_o = candidates(Q[over], R, kp, precision=precision, seed=seed[over])
             keys[over] = (dist_o.view(torch.int32).to(torch.int64) << 32) | idx_o
