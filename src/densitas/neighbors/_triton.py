@@ -41,6 +41,21 @@ _INF_BITS = 0x7F800000  # float32 +inf
 
 
 @triton.jit
+def _products(q, R, RN, ds, cols, cmask, d, stride_r, BD: tl.constexpr, PRECISION: tl.constexpr,
+              SCALED: tl.constexpr):
+    """The tile ``cols``'s dot products with the block's queries ``q`` (undone from float16's scale when
+    ``SCALED``) and the references' squared norms (+inf past the end: those never enter or pass)."""
+    dk = tl.arange(0, BD)
+    # 64-bit offsets: 10⁸ references × 64 columns is past 2³¹ elements
+    r = tl.load(R + cols[:, None].to(tl.int64) * stride_r + dk[None, :], mask=cmask[:, None] & (dk < d)[None, :],
+                other=0.0)
+    acc = tl.dot(q, tl.trans(r), input_precision=PRECISION)
+    if SCALED:  # exact: a power of two
+        acc = acc * ds
+    return acc, tl.load(RN + cols, mask=cmask, other=float("inf"))
+
+
+@triton.jit
 def _tile(q, R, qn, RN, best, thresh, seed, rnmax, ds, cols, n, d, stride_r,
           BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, KP: tl.constexpr, PRECISION: tl.constexpr,
           SCALED: tl.constexpr):
@@ -51,16 +66,7 @@ def _tile(q, R, qn, RN, best, thresh, seed, rnmax, ds, cols, n, d, stride_r,
     widened by ``2⁻¹⁸·(thresh + ‖q‖² + max‖c‖²)``, which covers the float32 rounding of both forms: a distance below
     ``thresh`` always passes the screen, so a tile with no improving distance costs that much and no more.
     ``SCALED``: the operands are float16 copies scaled by ``s`` (a power of two) and ``ds = s⁻²`` undoes it."""
-    cmask = cols < n
-    dk = tl.arange(0, BD)
-    dmask = dk < d
-    # 64-bit offsets: 10⁸ references × 64 columns is past 2³¹ elements
-    r = tl.load(R + cols[:, None].to(tl.int64) * stride_r + dk[None, :], mask=cmask[:, None] & dmask[None, :],
-                other=0.0)
-    acc = tl.dot(q, tl.trans(r), input_precision=PRECISION)
-    if SCALED:  # exact: a power of two
-        acc = acc * ds
-    rn = tl.load(RN + cols, mask=cmask, other=float("inf"))  # +inf: references past the end never enter
+    acc, rn = _products(q, R, RN, ds, cols, cols < n, d, stride_r, BD, PRECISION, SCALED)
     smin = tl.min(rn[None, :] - 2.0 * acc, axis=1)
     screen = thresh + 0.000003814697265625 * (thresh + qn + rnmax)  # 2⁻¹⁸ of margin
     left = tl.sum((smin + qn < screen).to(tl.int32), axis=0)  # padding rows: qn = +inf never passes
@@ -130,14 +136,7 @@ def _below_tile(q, R, qn, RN, tau, ds, CNT, OUT, rows, cols, stop, d, cap, strid
                 BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, PRECISION: tl.constexpr,
                 SCALED: tl.constexpr):
     """Append the keys of the tile ``cols``'s references below each query's ``tau`` to the query's row of ``OUT``."""
-    cmask = cols < stop
-    dk = tl.arange(0, BD)
-    r = tl.load(R + cols[:, None].to(tl.int64) * stride_r + dk[None, :], mask=cmask[:, None] & (dk < d)[None, :],
-                other=0.0)
-    acc = tl.dot(q, tl.trans(r), input_precision=PRECISION)
-    if SCALED:  # exact: a power of two
-        acc = acc * ds
-    rn = tl.load(RN + cols, mask=cmask, other=float("inf"))  # +inf: references past the end never pass
+    acc, rn = _products(q, R, RN, ds, cols, cols < stop, d, stride_r, BD, PRECISION, SCALED)
     dist = tl.maximum(qn[:, None] + rn[None, :] - 2.0 * acc, 0.0)
     hit = dist < tau[:, None]
     if tl.max(tl.max(hit.to(tl.int32), axis=1), axis=0) > 0:
@@ -185,6 +184,28 @@ def _pow2(x: int) -> int:
     return 1 << max(0, math.ceil(math.log2(max(1, x))))
 
 
+def _checked(fn: str, precision: str, kp: int, n: int) -> None:
+    """The arguments the candidate functions share, checked (``fn`` names the function in the message)."""
+    if precision not in ("tf32", "ieee", "fp16"):
+        raise InputError(f"The 'precision' parameter of {fn} must be 'tf32', 'ieee' or 'fp16'. Got {precision!r} "
+                         "instead.")
+    if kp != _pow2(kp) or kp > MAX_KP:
+        raise InputError(f"The 'kp' parameter of {fn} must be a power of two <= {MAX_KP}. Got {kp} instead.")
+    if n > MAX_ROWS:  # a key holds the reference's row in its low 32 bits, the padding takes the top MAX_KP
+        raise InputError(f"The 'R' parameter of {fn} must have at most {MAX_ROWS:,} rows. Got {n:,} instead.")
+
+
+def _split(m: int, n: int, BM: int, BN: int, device: torch.device, splits: int | None) -> tuple[int, int]:
+    """``(splits, per)``: how many programs share the ``n`` references of a block of ``BM`` queries (by default
+    enough programs to fill the GPU, four per multiprocessor, each with at least 16 tiles) and the references per
+    program, a multiple of ``BN``."""
+    if splits is None:
+        sms = sm_count(device) if device.type == "cuda" else 4
+        splits = max(1, min(triton.cdiv(4 * sms, triton.cdiv(m, BM)), triton.cdiv(n, 16 * BN)))
+    per = triton.cdiv(triton.cdiv(max(n, 1), splits), BN) * BN
+    return triton.cdiv(max(n, 1), per), per
+
+
 def candidates(Q: torch.Tensor, R: torch.Tensor, kp: int, *, precision: str = "tf32",
                splits: int | None = None, block_m: int | None = None, block_n: int | None = None,
                num_warps: int | None = None, num_stages: int | None = None,
@@ -222,13 +243,7 @@ def candidates(Q: torch.Tensor, R: torch.Tensor, kp: int, *, precision: str = "t
     """
     m, d = Q.shape
     n = R.shape[0]
-    if precision not in ("tf32", "ieee", "fp16"):
-        raise InputError("The 'precision' parameter of candidates must be 'tf32', 'ieee' or 'fp16'. Got "
-                         f"{precision!r} instead.")
-    if kp != _pow2(kp) or kp > MAX_KP:
-        raise InputError(f"The 'kp' parameter of candidates must be a power of two <= {MAX_KP}. Got {kp} instead.")
-    if n > MAX_ROWS:  # a key holds the reference's row in its low 32 bits, the padding takes the top MAX_KP
-        raise InputError(f"The 'R' parameter of candidates must have at most {MAX_ROWS:,} rows. Got {n:,} instead.")
+    _checked("candidates", precision, kp, n)
     Q, R = Q.contiguous(), R.contiguous()
     if with_norms:
         qn, rn = (Q * Q).sum(1), (R * R).sum(1)
@@ -253,11 +268,7 @@ def candidates(Q: torch.Tensor, R: torch.Tensor, kp: int, *, precision: str = "t
             break
     BD = max(16, _pow2(d))  # the whole row of features in one dot (d <= MAX_D)
     blocks = triton.cdiv(m, BM)
-    if splits is None:
-        sms = sm_count(Q.device) if Q.is_cuda else 4
-        splits = max(1, min(triton.cdiv(4 * sms, blocks), triton.cdiv(n, 16 * BN)))
-    per = triton.cdiv(triton.cdiv(n, splits), BN) * BN
-    splits = triton.cdiv(n, per)
+    splits, per = _split(m, n, BM, BN, Q.device, splits)
     out = torch.empty((m, splits, kp), dtype=torch.int64, device=Q.device)
     rnmax = rn.amax().clamp(min=0.0).reshape(1) if n else rn.new_zeros(1)  # on the device: no host sync
     seed_arg = seed.to(torch.float32).contiguous() if seed is not None else qn
@@ -323,15 +334,7 @@ def candidates_below(Q: torch.Tensor, R: torch.Tensor, kp: int, seed: torch.Tens
     """
     m, d = Q.shape
     n = R.shape[0]
-    if precision not in ("tf32", "ieee", "fp16"):
-        raise InputError("The 'precision' parameter of candidates_below must be 'tf32', 'ieee' or 'fp16'. Got "
-                         f"{precision!r} instead.")
-    if kp != _pow2(kp) or kp > MAX_KP:
-        raise InputError(f"The 'kp' parameter of candidates_below must be a power of two <= {MAX_KP}. Got {kp} "
-                         "instead.")
-    if n > MAX_ROWS:
-        raise InputError(f"The 'R' parameter of candidates_below must have at most {MAX_ROWS:,} rows. Got {n:,} "
-                         "instead.")
+    _checked("candidates_below", precision, kp, n)
     cap = max(int(cap or max(1024, 8 * kp)), kp)
     Q, R = Q.contiguous(), R.contiguous()
     qn, rn = (Q * Q).sum(1), (R * R).sum(1)
@@ -340,12 +343,7 @@ def candidates_below(Q: torch.Tensor, R: torch.Tensor, kp: int, seed: torch.Tens
     stages = num_stages or 3
     while stages > 1 and stages * (BM + BN) * BD * 4 > SHARED_BYTES and not num_stages:
         stages -= 1
-    blocks = triton.cdiv(m, BM)
-    if splits is None:
-        sms = sm_count(Q.device) if Q.is_cuda else 4
-        splits = max(1, min(triton.cdiv(4 * sms, blocks), triton.cdiv(n, 16 * BN)))
-    per = triton.cdiv(triton.cdiv(max(n, 1), splits), BN) * BN
-    splits = triton.cdiv(max(n, 1), per)
+    splits, per = _split(m, n, BM, BN, Q.device, splits)
     scaled = precision == "fp16"
     if scaled:
         Qk, Rk, ds = _half_operands(Q, R)
