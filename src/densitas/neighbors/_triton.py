@@ -386,14 +386,26 @@ STAGE0_BYTES = 1 << 28
 
 def threshold_applies(n: int, kp: int) -> bool:
     """Whether :func:`fused_kneighbors` runs the threshold pass by default for ``n`` references and ``kp``
-    candidates."""
+    candidates.
+
+    Examples
+    --------
+    >>> threshold_applies(1_000_000, 128), threshold_applies(1_000_000, 32), threshold_applies(1_000, 128)
+    (True, False, False)
+    """
     return THRESHOLD_MIN_ROWS is not None and kp >= THRESHOLD_MIN_KP and n >= THRESHOLD_MIN_ROWS and n > kp
 
 
 def threshold_bytes(n: int, d: int, k: int, m: int) -> int:
     """Device memory the threshold pass adds for ``m`` queries (at most one launch's worth), ``n`` references of
     ``d`` columns and ``k`` neighbours: its buffer and ``torch.topk``'s copy of it, the sample of the references
-    (float32 and float16 copies) and the first GEMM's block."""
+    (float32 and float16 copies) and the first GEMM's block.
+
+    Examples
+    --------
+    >>> threshold_bytes(1_000_000, 128, 100, 10_000) > 10_000 * 8192 * 8  # at least the buffer of 8,192 slots
+    True
+    """
     cap = max(1024, _pow2(3 * k * THRESHOLD_SAMPLE))
     return 2 * min(BUFFER_BYTES, m * cap * 8) + (n // THRESHOLD_SAMPLE + 1) * d * 6 + STAGE0_BYTES
 
