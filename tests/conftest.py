@@ -12,6 +12,11 @@ import os
 if os.environ.get("DENSITAS_GPU_TESTS") != "1":
     os.environ["TRITON_INTERPRET"] = "1"
 os.environ.pop("DENSITAS_BACKEND", None)
+# compiled kernels (densitas.cluster._jit) are cached in a directory of this run, not the user's ~/.cache
+if "DENSITAS_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["DENSITAS_CACHE_DIR"] = tempfile.mkdtemp(prefix="densitas-test-cache-")
 
 import numpy as np
 import pytest

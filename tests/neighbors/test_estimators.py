@@ -48,10 +48,14 @@ def test_classifier_equals_sklearn(seeded, weights, k):
     ours = KNeighborsClassifier(k, weights=weights, device="cpu").fit(X, y)
     sk = skn.KNeighborsClassifier(k, weights=weights, algorithm="brute").fit(X, y)
     assert np.array_equal(ours.predict(Q), sk.predict(Q))
-    # equal up to the last bits of the distances (ours: direct differences; scikit-learn: a GEMM expansion)
-    assert np.allclose(ours.predict_proba(Q), sk.predict_proba(Q), rtol=1e-12, atol=1e-15)
+    # equal up to the last bits of the distances (ours: direct differences; scikit-learn: a GEMM expansion) where no
+    # distance is 0; scikit-learn's expansion gives a query on a row a distance of ~1e-8, not 0 (1.9 rounds it
+    # so), so there its "distance" weights are not the zero-distance rule: ours are checked against the rule
+    assert np.allclose(ours.predict_proba(Q[15:]), sk.predict_proba(Q[15:]), rtol=1e-12, atol=1e-15)
     if weights == "uniform":
         assert np.array_equal(ours.predict_proba(Q), sk.predict_proba(Q))
+    else:  # each of Q[:15] is on exactly one row (continuous data): all its weight goes to that row's class
+        assert np.array_equal(ours.predict_proba(Q[:15]), np.eye(3)[y[:15]])
     assert ours.score(Q[:15], y[:15]) == sk.score(Q[:15], y[:15])
     d, i = ours.kneighbors(None, 3)
     d_sk, i_sk = sk.kneighbors(None, 3)
@@ -66,7 +70,9 @@ def test_regressor_equals_sklearn(seeded, weights):
     sk = skn.KNeighborsRegressor(6, weights=weights, algorithm="brute").fit(X, y)
     if weights == "uniform":
         assert np.array_equal(ours.predict(Q), sk.predict(Q))
-    assert np.allclose(ours.predict(Q), sk.predict(Q), rtol=1e-12, atol=1e-12)
+    else:  # the zero-distance rule on Q[:15] (see test_classifier_equals_sklearn)
+        assert np.array_equal(ours.predict(Q[:15]), y[:15])
+    assert np.allclose(ours.predict(Q[15:]), sk.predict(Q[15:]), rtol=1e-12, atol=1e-12)
     assert np.isclose(ours.score(Q, y[:1].repeat(len(Q))), sk.score(Q, y[:1].repeat(len(Q))))
 
 

@@ -29,11 +29,13 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable
 
 import numpy as np
 import torch
 
 from densitas._blas import blas_threads
+from densitas.cluster._jit import classic_kernel
 from densitas.cluster.steps import argmin_t, prepare_centroids, sq_norms, weights_and_objective
 
 __all__ = ["augmented_rows", "classic_pass"]
@@ -128,8 +130,10 @@ class _Pass:
     """The state one :func:`classic_pass` shares among its threads: the next chunk to take and each chunk's
     results, kept apart until they are added in chunk order."""
 
-    def __init__(self, Xa: torch.Tensor, Ca: torch.Tensor, q: float, rows: int, sums: bool, labels: bool):
+    def __init__(self, Xa: torch.Tensor, Ca: torch.Tensor, q: float, rows: int, sums: bool, labels: bool,
+                 kernel: Callable | None = None, C: np.ndarray | None = None):
         self.Xa, self.Ca, self.q, self.rows = Xa, Ca, q, rows
+        self.kernel, self.C = kernel, C  # the compiled q = 2 kernel (densitas.cluster._jit) and C, (k, d)
         self.k, self.d = Ca.shape[0], Xa.shape[0] - 2
         n = Xa.shape[1]
         self.floor = distance_floor(self.k) if q == 2.0 else 0.0
@@ -153,6 +157,9 @@ class _Pass:
         buf = ChunkBuffers(self.k, self.rows)
         xs = self.Xa[:self.d + 1].numpy()  # [x, 1]: the sums' operand
         parts = self.parts.numpy() if self.parts is not None else None
+        if self.kernel is not None:
+            self._run_kernel()
+            return
         with np.errstate(all="ignore"):  # overflows and NaN are found by the checks below
             while (c := self.take()) is not None:
                 s = c * self.rows
@@ -171,6 +178,21 @@ class _Pass:
                 if parts is not None and not self.failed[c]:
                     np.matmul(D, xs[:, s:s + xc.shape[1]].T, out=parts[c])
 
+    def _run_kernel(self) -> None:
+        """:meth:`run` with the compiled kernel: each chunk in one call that writes its sums (or a scratch block)
+        and returns its objective; a chunk with a distance not above the floor, or a non-finite objective, is
+        left to :meth:`repair` as on the GEMM path."""
+        xt = self.Xa.numpy()
+        n = xt.shape[1]
+        scratch = np.empty((self.k, self.d + 1))
+        parts = self.parts.numpy() if self.parts is not None else None
+        while (c := self.take()) is not None:
+            s = c * self.rows
+            J, ok = self.kernel(xt, s, min(s + self.rows, n), self.C, self.floor,
+                                parts[c] if parts is not None else scratch)
+            self.objective[c] = J
+            self.failed[c] = not (ok and math.isfinite(J))
+
     def repair(self) -> None:
         """Redo the chunks where the fast rule failed or did not apply (a zero, negative or NaN distance, an
         overflow or an underflow) with the general one."""
@@ -182,9 +204,13 @@ class _Pass:
 
 
 def classic_pass(Xa: torch.Tensor, C: torch.Tensor, shift: torch.Tensor, q: float, *, rows: int, sums: bool,
-                 labels: bool) -> tuple[torch.Tensor | None, float, np.ndarray | None]:
+                 labels: bool, jit: bool = False) -> tuple[torch.Tensor | None, float, np.ndarray | None]:
     """One classic fuzzy c-means pass over ``Xa`` (:func:`augmented_rows`) with centroids ``C`` (k, d), in chunks
     of ``rows`` columns shared among ``torch.get_num_threads()`` threads.
+
+    With ``jit``, q = 2 and no labels, each chunk runs the compiled kernel of :mod:`densitas.cluster._jit`
+    (distances, weights and sums in one loop over the rows) where it is available for (k, d); the GEMM steps
+    otherwise. Chunks the kernel cannot take are redone by the general rule either way.
 
     Returns
     -------
@@ -195,7 +221,10 @@ def classic_pass(Xa: torch.Tensor, C: torch.Tensor, shift: torch.Tensor, q: floa
     labels : (n,) int64 array or None
         The nearest centroid of each row, ties to the lower index (``labels=True``).
     """
-    p = _Pass(Xa, augmented_centroids(C, shift), q, max(int(rows), 1), sums, labels)
+    k, d = C.shape
+    kernel = classic_kernel(k, d) if jit and q == 2.0 and not labels else None
+    C64 = np.ascontiguousarray(C.detach().cpu().numpy(), dtype=np.float64) if kernel is not None else None
+    p = _Pass(Xa, augmented_centroids(C, shift), q, max(int(rows), 1), sums, labels, kernel, C64)
     workers = min(torch.get_num_threads(), p.n_chunks)
     with _RUN_LOCK, blas_threads(1):  # the sums GEMMs run in the pass's own threads
         if workers <= 1:

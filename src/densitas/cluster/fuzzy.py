@@ -20,6 +20,7 @@ from densitas._backend.chunking import parse_bytes
 from densitas._backend.device import resolve_device
 from densitas._backend.dispatch import select
 from densitas._dask import is_dask
+from densitas.cluster import _jit
 from densitas.cluster._cpu import augmented_rows, classic_pass
 from densitas.cluster._data import ChunkedData, TensorData, compute_dtype, is_streamed, open_data
 from densitas.cluster.steps import (
@@ -63,6 +64,10 @@ FUSED_MAX_BATCH = 32
 #: A chunk and its (k × rows) block stay in the core's L2 cache for the second GEMM: at n = 500,000, d = 10, k = 5,
 #: 4,096–8,192 columns take ~30% less time per pass than 32,768 (benchmarks/RESULTS.md, 2026-11-25).
 CPU_CLASSIC_ROWS = 8192
+#: Classic fuzzy c-means with q = 2 on the CPU, float64 data in memory, at least ``_jit.MIN_ROWS`` rows: each chunk
+#: in one compiled loop (Numba; :mod:`densitas.cluster._jit`) instead of the GEMM steps, where Numba is installed
+#: and k(d + 1) ≤ ``_jit.MAX_SUMS``. False keeps the GEMM steps (the tests use it to compare the two).
+CPU_CLASSIC_JIT = True
 #: GFKM (M < k) on the CPU: every distance from one (k × rows) GEMM, then a top-k along it. False takes the CUDA
 #: route on the CPU too (the operation ``knn_tile_topk`` and exact distances; the tests use it to cover that path).
 CPU_DENSE_SELECT = True
@@ -544,10 +549,12 @@ class FuzzyKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixi
 
     def _pass_classic_cpu(self, C: torch.Tensor, q: float, geo: _Geometry, *, sums: bool, labels: bool) -> _Pass:
         """The classic (M = k) pass on the CPU over the cached ``Xa = [x, 1, ‖x − s‖²]ᵀ``: two GEMMs and four
-        in-place passes per chunk of :data:`CPU_CLASSIC_ROWS` columns, the chunks shared among threads
-        (:func:`densitas.cluster._cpu.classic_pass`). Same results as the general path to rounding."""
+        in-place passes per chunk of :data:`CPU_CLASSIC_ROWS` columns, or for q = 2 one compiled loop per chunk
+        (:data:`CPU_CLASSIC_JIT`), the chunks shared among threads (:func:`densitas.cluster._cpu.classic_pass`).
+        Same results as the general path to rounding."""
+        jit = CPU_CLASSIC_JIT and geo.augmented.shape[1] >= _jit.MIN_ROWS
         acc, J, out_labels = classic_pass(geo.augmented, C, geo.shift, q, rows=CPU_CLASSIC_ROWS, sums=sums,
-                                          labels=labels)
+                                          labels=labels, jit=jit)
         return _Pass(acc, J, out_labels)
 
     # ------------------------------------------------------------------------------------ prediction

@@ -1,0 +1,153 @@
+"""Classic fuzzy c-means with q = 2 as one compiled loop over the rows of a chunk (Numba), for small k and d.
+
+At the shapes fuzzy c-means is mostly run at (a handful of clusters, tens of features) the two GEMMs of
+:func:`densitas.cluster._cpu.classic_pass` are far from the BLAS's speed: a (k × (d + 2)) · ((d + 2) × m) product
+with k = 5 leaves most of each register tile empty, and both GEMMs read the chunk. On one AMD EPYC (Zen 5) core they
+ran at ~10 GFLOP/s against 49 for a square DGEMM (benchmarks/RESULTS.md, 2026-11-23). Here every row's work stays
+in registers: for each row ``x`` of the chunk,
+
+1. the k squared distances ``D_j = Σ_f (x_f − c_jf)²`` (differences, not the expanded norms: no cancellation);
+2. a check that every ``D_j`` is above the floor of the fast rule (else the chunk is redone by the general rule,
+   as in :func:`~densitas.cluster._cpu.classic_pass`);
+3. ``a_j = 1/D_j``, ``r = 1/Σ_j a_j`` (the row's term of the objective, ``Σ_j u_j² D_j = r``), ``u_j = a_j r``;
+4. ``w_j = u_j²`` added into the k × (d + 1) sums ``[Σ w_j x, Σ w_j]``, kept as scalars.
+
+The loop body is generated for the given (k, d), so that the centroids and the k(d + 1) sums are scalars the
+compiler keeps in registers (or on the stack) and the loop over rows is vectorised. The source is written once
+per shape to a cache directory (``DENSITAS_CACHE_DIR``, else ``$XDG_CACHE_HOME/densitas`` or
+``~/.cache/densitas``) and compiled with Numba's on-disk cache, so the ~2 s compile happens once per machine and
+shape; where the directory cannot be written it is compiled in memory, once per process. Without Numba, or for
+shapes past :data:`MAX_SUMS`, the GEMM pass runs instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+__all__ = ["MAX_SUMS", "MIN_ROWS", "classic_kernel", "kernel_source"]
+
+#: The largest k(d + 1) (sums kept as scalars) the generated kernel is used for: past it the scalars spill and
+#: the compile grows with k·d, while the GEMMs of the pass get closer to the BLAS's speed.
+MAX_SUMS = 160
+#: The fewest rows for which :class:`~densitas.cluster.FuzzyKMeans` takes the kernel: below, one pass is well
+#: under a millisecond either way and a first compile (~2 s per shape on a new machine) would dominate.
+MIN_ROWS = 65_536
+
+#: Bumped when the generated source changes meaning; part of the cached file's name with the source's hash.
+_VERSION = 1
+_FASTMATH = {"reassoc", "contract", "nsz"}  # vectorised sums; no reciprocal approximations ("arcp" is left out)
+
+
+def kernel_source(k: int, d: int) -> str:
+    """Python source of the kernel for ``k`` centroids of ``d`` features (the module docstring's four steps).
+
+    The function it defines, ``kernel(Xt, s, e, C, floor, sums)``, reads the rows ``s:e`` of the
+    transposed data ``Xt`` ((≥ d) × n, float64, rows contiguous) and the centroids ``C`` (k × d), writes
+    ``[Σ w x, Σ w]`` of those rows to ``sums`` (k × (d + 1)) and returns ``(objective, ok)``; ``ok`` is False
+    when a distance was not above ``floor`` (or NaN), and the sums are then not to be used.
+
+    Examples
+    --------
+    >>> src = kernel_source(2, 1)
+    >>> print(src.splitlines()[0])
+    def kernel(Xt, s, e, C, floor, sums):
+    >>> "d1 = (x0 - c1_0) * (x0 - c1_0)" in src
+    True
+    """
+    feats, clusters = range(d), range(k)
+    lines = ["def kernel(Xt, s, e, C, floor, sums):"]
+    lines += [f"    r{f} = Xt[{f}, s:e]" for f in feats]
+    lines += [f"    c{j}_{f} = C[{j}, {f}]" for j in clusters for f in feats]
+    lines += [f"    s{j}_{f} = 0.0" for j in clusters for f in range(d + 1)]
+    lines += ["    J = 0.0", "    bad = 0", "    for i in range(e - s):"]
+    lines += [f"        x{f} = r{f}[i]" for f in feats]
+    for j in clusters:
+        lines.append(f"        d{j} = " + " + ".join(f"(x{f} - c{j}_{f}) * (x{f} - c{j}_{f})" for f in feats))
+    lines.append("        bad += 1 - ((" + ") & (".join(f"d{j} > floor" for j in clusters) + "))")
+    lines += [f"        a{j} = 1.0 / d{j}" for j in clusters]
+    lines.append("        r = 1.0 / (" + " + ".join(f"a{j}" for j in clusters) + ")")
+    lines.append("        J += r")
+    for j in clusters:
+        lines += [f"        u{j} = a{j} * r", f"        w{j} = u{j} * u{j}"]
+        lines += [f"        s{j}_{f} += w{j} * x{f}" for f in feats]
+        lines.append(f"        s{j}_{d} += w{j}")
+    lines += [f"    sums[{j}, {f}] = s{j}_{f}" for j in clusters for f in range(d + 1)]
+    lines.append("    return J, bad == 0")
+    return "\n".join(lines) + "\n"
+
+
+@functools.lru_cache(maxsize=64)
+def classic_kernel(k: int, d: int) -> Callable | None:
+    """The compiled kernel of :func:`kernel_source` for (k, d), or None when Numba is not installed or
+    ``k (d + 1)`` is past :data:`MAX_SUMS` (the caller then runs the GEMM pass).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> kern = classic_kernel(2, 1)
+    >>> Xt = np.array([[0.0, 1.0, 3.0]])
+    >>> sums = np.empty((2, 2))
+    >>> J, ok = kern(Xt, 0, 3, np.array([[0.5], [2.5]]), 1e-300, sums) if kern else (0.0, False)
+    >>> bool(ok) or kern is None
+    True
+    """
+    if k * (d + 1) > MAX_SUMS:
+        return None
+    try:
+        import numba
+    except ImportError:
+        return None
+    source = kernel_source(k, d)
+    digest = hashlib.sha1(f"{_VERSION}\n{source}".encode()).hexdigest()[:12]
+    module = _load_module(f"densitas_fcm_k{k}_d{d}_{digest}", source)
+    cache = module is not None
+    namespace: dict = vars(module) if module is not None else {}
+    if module is None:
+        exec(compile(source, f"<densitas fcm kernel k={k} d={d}>", "exec"), namespace)
+    return numba.njit(nogil=True, fastmath=_FASTMATH, boundscheck=False, error_model="numpy",
+                      cache=cache)(namespace["kernel"])
+
+
+def cache_dir() -> Path:
+    """Where generated kernels are written: ``DENSITAS_CACHE_DIR``, else ``$XDG_CACHE_HOME/densitas/jit`` or
+    ``~/.cache/densitas/jit``.
+
+    Examples
+    --------
+    >>> cache_dir().name
+    'jit'
+    """
+    if os.environ.get("DENSITAS_CACHE_DIR"):
+        return Path(os.environ["DENSITAS_CACHE_DIR"]) / "jit"
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "densitas" / "jit"
+
+
+def _load_module(name: str, source: str):
+    """Import ``source`` from ``<cache_dir>/<name>.py`` (written atomically when absent or different), so that
+    Numba can cache the compiled code beside it; None if the directory cannot be written."""
+    if name in sys.modules:
+        return sys.modules[name]
+    try:
+        folder = cache_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{name}.py"
+        if not path.exists() or path.read_text() != source:
+            fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+            with os.fdopen(fd, "w") as fh:
+                fh.write(source)
+            os.replace(tmp, path)
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except OSError:
+        return None
+    sys.modules[name] = module
+    return module
