@@ -15,6 +15,11 @@ Per chunk, three steps:
 A chunk where step 1's check fails or step 2 overflows or underflows is redone after the pass with the general
 rule (:func:`chunk_general`: zero distances exactly, the log domain).
 
+For q = 2 (``jit=True``, where Numba is installed and k(d + 1) is small) the three steps of a chunk are one
+compiled loop over its rows instead (:mod:`densitas.cluster._jit`): the GEMMs above are far from the BLAS's speed
+at k = 5, and the loop keeps each row's distances, memberships and the sums in registers. The floor check and the
+redo of failed chunks are the same.
+
 The GEMM of step 1 is PyTorch's (MKL); the elementwise steps and the sums GEMM are NumPy's, on the same memory:
 NumPy's calls cost about a third of PyTorch's per-call overhead (which matters at a few thousand columns per
 chunk), and its BLAS (OpenBLAS in the wheels) runs the (k × m)·(m × (d + 1)) sums about twice as fast as MKL at
