@@ -50,7 +50,8 @@ def test_kernel_pass_equals_the_float64_reference(seeded, counted, rows):
 
 def test_chunks_with_a_zero_distance_go_to_the_general_rule(seeded, counted, monkeypatch):
     """Integer rows with centroids on rows 0 and 7 (three zero distances): the kernel runs every chunk, the two
-    holding those rows are redone by the general rule (their sums overwritten), and the sums equal the reference."""
+    holding those rows are redone by the general rule (their sums overwritten), and the sums equal the reference;
+    the kernel's labels are kept (row 0 ties between centroids 0 and 1: the lower index)."""
     n, d, k = 61, 4, 5
     X = torch.as_tensor(seeded.integers(-6, 7, size=(n, d)), dtype=torch.float64)
     C = torch.as_tensor(seeded.integers(7, 10, size=(k, d)), dtype=torch.float64)
@@ -62,10 +63,12 @@ def test_chunks_with_a_zero_distance_go_to_the_general_rule(seeded, counted, mon
     redone = []
     general = cpu.chunk_general
     monkeypatch.setattr(cpu, "chunk_general", lambda Ca, xc, q: (redone.append(xc[0].clone()), general(Ca, xc, q))[1])
-    s, J, _ = classic_pass(augmented_rows(X, shift, 7), C, shift, 2.0, rows=7, sums=True, labels=False, jit=True)
+    s, J, lab = classic_pass(augmented_rows(X, shift, 7), C, shift, 2.0, rows=7, sums=True, labels=True, jit=True)
     assert sorted(counted) == list(range(0, n, 7))
     assert [r.tolist() for r in redone] == [X[:7, 0].tolist(), X[7:14, 0].tolist()]
-    s_ref, J_ref, _ = ref.fused_pass(X, C, k, 2.0)
+    s_ref, J_ref, lab_ref = ref.fused_pass(X, C, k, 2.0, labels=True)
+    np.testing.assert_array_equal(lab, lab_ref.numpy())  # exact integer distances: ties to the lower index
+    assert lab[0] == 0 and lab[7] == 3
     torch.testing.assert_close(s, s_ref, rtol=1e-12, atol=1e-12 * float(X.abs().max()))
     assert J == pytest.approx(float(J_ref), rel=1e-12)
 
@@ -74,15 +77,18 @@ def test_the_kernel_reports_what_it_cannot_take():
     """A distance at the floor or NaN: ok is False. Otherwise the objective is Σ 1 / Σ_j (1/D_j)."""
     kern = _jit.classic_kernel(2, 1)
     C = np.array([[0.0], [4.0]])
-    sums = np.empty((2, 2))
-    J, ok = kern(np.array([[1.0, 3.0]]), 0, 2, C, 1e-300, sums)
+    sums, lab = np.empty((2, 2)), np.full(3, -1, dtype=np.int64)
+    J, ok = kern(np.array([[1.0, 3.0]]), 0, 2, C, 1e-300, sums, lab)
     assert ok and J == pytest.approx(2.0 / (1.0 + 1.0 / 9.0))
     u = np.array([[0.9, 0.1], [0.1, 0.9]])  # rows at 1 and 3: memberships 9/10 and 1/10
     np.testing.assert_allclose(sums, np.c_[(u ** 2) @ np.array([1.0, 3.0]), (u ** 2).sum(1)], rtol=1e-14)
-    assert not kern(np.array([[0.0, 3.0]]), 0, 2, C, 1e-300, sums)[1]  # a zero distance
-    assert not kern(np.array([[1.0, 3.0]]), 0, 2, C, 1.0, sums)[1]  # at the floor
-    assert not kern(np.array([[np.nan, 3.0]]), 0, 2, C, 1e-300, sums)[1]
-    assert kern(np.array([[np.nan, 1.0, 3.0]]), 1, 3, C, 1e-300, sums)[1]  # only the rows s:e are read
+    assert lab.tolist() == [0, 1, -1]  # written for the rows s:e only, from labels[0]
+    assert not kern(np.array([[0.0, 3.0]]), 0, 2, C, 1e-300, sums, lab)[1]  # a zero distance
+    assert not kern(np.array([[1.0, 3.0]]), 0, 2, C, 1.0, sums, lab)[1]  # at the floor
+    assert not kern(np.array([[np.nan, 3.0]]), 0, 2, C, 1e-300, sums, lab)[1]
+    assert kern(np.array([[np.nan, 1.0, 3.0]]), 1, 3, C, 1e-300, sums, lab)[1]  # only the rows s:e are read
+    kern(np.array([[2.0, 2.0 + 1e-9]]), 0, 2, C, 1e-300, sums, lab)
+    assert lab[:2].tolist() == [0, 1]  # a tie (2 is 2 from both) goes to the lower index
 
 
 def test_a_fit_with_the_kernel_equals_one_with_the_gemm_steps(seeded, counted, monkeypatch):
@@ -139,7 +145,7 @@ def test_the_source_is_cached_on_disk_and_compiled_in_memory_when_it_cannot_be(t
         for m in [m for m in sys.modules if m.startswith("densitas_fcm_k3_d2_")]:
             monkeypatch.delitem(sys.modules, m)
         sums = np.empty((3, 3))
-        J, ok = _jit.classic_kernel(3, 2)(Xt, 0, 3, C, 1e-300, sums)
+        J, ok = _jit.classic_kernel(3, 2)(Xt, 0, 3, C, 1e-300, sums, np.empty(3, dtype=np.int64))
         answers.append((J, ok, sums.copy()))
         if where == "dir":
             (written,) = (target / "jit").glob("densitas_fcm_k3_d2_*.py")

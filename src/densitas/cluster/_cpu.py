@@ -189,12 +189,13 @@ class _Pass:
         left to :meth:`repair` as on the GEMM path."""
         xt = self.Xa.numpy()
         n = xt.shape[1]
-        scratch = np.empty((self.k, self.d + 1))
+        scratch, no_labels = np.empty((self.k, self.d + 1)), np.empty(self.rows, dtype=np.int64)
         parts = self.parts.numpy() if self.parts is not None else None
         while (c := self.take()) is not None:
             s = c * self.rows
-            J, ok = self.kernel(xt, s, min(s + self.rows, n), self.C, self.floor,
-                                parts[c] if parts is not None else scratch)
+            e = min(s + self.rows, n)
+            J, ok = self.kernel(xt, s, e, self.C, self.floor, parts[c] if parts is not None else scratch,
+                                self.labels[s:e] if self.labels is not None else no_labels)
             self.objective[c] = J
             self.failed[c] = not (ok and math.isfinite(J))
 
@@ -213,7 +214,7 @@ def classic_pass(Xa: torch.Tensor, C: torch.Tensor, shift: torch.Tensor, q: floa
     """One classic fuzzy c-means pass over ``Xa`` (:func:`augmented_rows`) with centroids ``C`` (k, d), in chunks
     of ``rows`` columns shared among ``torch.get_num_threads()`` threads.
 
-    With ``jit``, q = 2 and no labels, each chunk runs the compiled kernel of :mod:`densitas.cluster._jit`
+    With ``jit`` and q = 2, each chunk runs the compiled kernel of :mod:`densitas.cluster._jit`
     (distances, weights and sums in one loop over the rows) where it is available for (k, d); the GEMM steps
     otherwise. Chunks the kernel cannot take are redone by the general rule either way.
 
@@ -227,7 +228,7 @@ def classic_pass(Xa: torch.Tensor, C: torch.Tensor, shift: torch.Tensor, q: floa
         The nearest centroid of each row, ties to the lower index (``labels=True``).
     """
     k, d = C.shape
-    kernel = classic_kernel(k, d) if jit and q == 2.0 and not labels else None
+    kernel = classic_kernel(k, d) if jit and q == 2.0 else None
     C64 = np.ascontiguousarray(C.detach().cpu().numpy(), dtype=np.float64) if kernel is not None else None
     p = _Pass(Xa, augmented_centroids(C, shift), q, max(int(rows), 1), sums, labels, kernel, C64)
     workers = min(torch.get_num_threads(), p.n_chunks)

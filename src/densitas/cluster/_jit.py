@@ -10,7 +10,8 @@ in registers: for each row ``x`` of the chunk,
 2. a check that every ``D_j`` is above the floor of the fast rule (else the chunk is redone by the general rule,
    as in :func:`~densitas.cluster._cpu.classic_pass`);
 3. ``a_j = 1/D_j``, ``r = 1/Σ_j a_j`` (the row's term of the objective, ``Σ_j u_j² D_j = r``), ``u_j = a_j r``;
-4. ``w_j = u_j²`` added into the k × (d + 1) sums ``[Σ w_j x, Σ w_j]``, kept as scalars.
+4. ``w_j = u_j²`` added into the k × (d + 1) sums ``[Σ w_j x, Σ w_j]``, kept as scalars;
+5. the nearest centroid (ties to the lower index), for the labels.
 
 The loop body is generated for the given (k, d), so that the centroids and the k(d + 1) sums are scalars the
 compiler keeps in registers (or on the stack) and the loop over rows is vectorised. The source is written once
@@ -41,28 +42,29 @@ MAX_SUMS = 160
 MIN_ROWS = 65_536
 
 #: Bumped when the generated source changes meaning; part of the cached file's name with the source's hash.
-_VERSION = 1
+_VERSION = 2
 _FASTMATH = {"reassoc", "contract", "nsz"}  # vectorised sums; no reciprocal approximations ("arcp" is left out)
 
 
 def kernel_source(k: int, d: int) -> str:
     """Python source of the kernel for ``k`` centroids of ``d`` features (the module docstring's four steps).
 
-    The function it defines, ``kernel(Xt, s, e, C, floor, sums)``, reads the rows ``s:e`` of the
+    The function it defines, ``kernel(Xt, s, e, C, floor, sums, labels)``, reads the rows ``s:e`` of the
     transposed data ``Xt`` ((≥ d) × n, float64, rows contiguous) and the centroids ``C`` (k × d), writes
-    ``[Σ w x, Σ w]`` of those rows to ``sums`` (k × (d + 1)) and returns ``(objective, ok)``; ``ok`` is False
-    when a distance was not above ``floor`` (or NaN), and the sums are then not to be used.
+    ``[Σ w x, Σ w]`` of those rows to ``sums`` (k × (d + 1)) and each row's nearest centroid (ties to the lower
+    index) to ``labels[0:e − s]`` (int64), and returns ``(objective, ok)``; ``ok`` is False when a distance was not
+    above ``floor`` (or NaN), and the sums and objective are then not to be used (the labels are).
 
     Examples
     --------
     >>> src = kernel_source(2, 1)
     >>> print(src.splitlines()[0])
-    def kernel(Xt, s, e, C, floor, sums):
+    def kernel(Xt, s, e, C, floor, sums, labels):
     >>> "d1 = (x0 - c1_0) * (x0 - c1_0)" in src
     True
     """
     feats, clusters = range(d), range(k)
-    lines = ["def kernel(Xt, s, e, C, floor, sums):"]
+    lines = ["def kernel(Xt, s, e, C, floor, sums, labels):"]
     lines += [f"    r{f} = Xt[{f}, s:e]" for f in feats]
     lines += [f"    c{j}_{f} = C[{j}, {f}]" for j in clusters for f in feats]
     lines += [f"    s{j}_{f} = 0.0" for j in clusters for f in range(d + 1)]
@@ -71,6 +73,11 @@ def kernel_source(k: int, d: int) -> str:
     for j in clusters:
         lines.append(f"        d{j} = " + " + ".join(f"(x{f} - c{j}_{f}) * (x{f} - c{j}_{f})" for f in feats))
     lines.append("        bad += 1 - ((" + ") & (".join(f"d{j} > floor" for j in clusters) + "))")
+    lines += ["        best = d0", "        lab = 0"]
+    for j in range(1, k):  # the nearest centroid, ties to the lower index
+        lines += [f"        closer = d{j} < best", f"        best = d{j} if closer else best",
+                  f"        lab = {j} if closer else lab"]
+    lines.append("        labels[i] = lab")
     lines += [f"        a{j} = 1.0 / d{j}" for j in clusters]
     lines.append("        r = 1.0 / (" + " + ".join(f"a{j}" for j in clusters) + ")")
     lines.append("        J += r")
@@ -93,8 +100,8 @@ def classic_kernel(k: int, d: int) -> Callable | None:
     >>> import numpy as np
     >>> kern = classic_kernel(2, 1)
     >>> Xt = np.array([[0.0, 1.0, 3.0]])
-    >>> sums = np.empty((2, 2))
-    >>> J, ok = kern(Xt, 0, 3, np.array([[0.5], [2.5]]), 1e-300, sums) if kern else (0.0, False)
+    >>> sums, labels = np.empty((2, 2)), np.empty(3, dtype=np.int64)
+    >>> J, ok = kern(Xt, 0, 3, np.array([[0.5], [2.5]]), 1e-300, sums, labels) if kern else (0.0, False)
     >>> bool(ok) or kern is None
     True
     """
