@@ -48,9 +48,16 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+#: Untimed runs before each timing. On the shared VM the first large allocations of a fresh process can take
+#: 5-10x longer (page provisioning: 70-130 ms instead of 13 ms for a 48 MB buffer, RESULTS.md 2026-11-23), and
+#: densitas is timed first: three warm-up runs of every implementation keep that out of all of them alike.
+WARMUP = 3
+
+
 def timed(fn, repeats: int, device: str = "cpu") -> tuple[float, object]:
-    """Median seconds of ``fn()`` over ``repeats`` runs (after one warm-up run) and its last result."""
-    fn()
+    """Median seconds of ``fn()`` over ``repeats`` runs (after :data:`WARMUP` untimed runs) and its last result."""
+    for _ in range(WARMUP):
+        fn()
     out = None
     ts = []
     for _ in range(repeats):

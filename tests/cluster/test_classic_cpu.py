@@ -157,3 +157,27 @@ def test_classic_pass_in_a_forked_child(seeded):
     with multiprocessing.get_context("fork").Pool(1) as pool:
         got = pool.apply_async(_pass_in_child, (Xa, C, shift)).get(timeout=60)
     assert torch.equal(got, want)
+
+
+def test_a_classic_fit_runs_torch_single_threaded_between_passes_and_restores_it(seeded, monkeypatch):
+    """The iterations run with one PyTorch thread (no OpenMP threads spinning on the pass's cores); the pass still
+    gets as many threads as PyTorch had, and the setting is put back after the fit."""
+    import densitas.cluster.fuzzy as fz
+    from densitas.cluster import FuzzyKMeans
+
+    seen = []
+    real = fz.classic_pass
+
+    def spy(*args, **kwargs):
+        seen.append((torch.get_num_threads(), kwargs["workers"]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fz, "classic_pass", spy)
+    saved = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        FuzzyKMeans(3, n_nearest=3, fuzzifier=2.0, max_iter=4, tol=0, random_state=0).fit(seeded.normal(size=(300, 2)))
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(saved)
+    assert seen and set(seen) == {(1, 3)}

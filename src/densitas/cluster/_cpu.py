@@ -210,13 +210,15 @@ class _Pass:
 
 
 def classic_pass(Xa: torch.Tensor, C: torch.Tensor, shift: torch.Tensor, q: float, *, rows: int, sums: bool,
-                 labels: bool, jit: bool = False) -> tuple[torch.Tensor | None, float, np.ndarray | None]:
+                 labels: bool, jit: bool = False, workers: int | None = None
+                 ) -> tuple[torch.Tensor | None, float, np.ndarray | None]:
     """One classic fuzzy c-means pass over ``Xa`` (:func:`augmented_rows`) with centroids ``C`` (k, d), in chunks
     of ``rows`` columns shared among ``torch.get_num_threads()`` threads.
 
     With ``jit`` and q = 2, each chunk runs the compiled kernel of :mod:`densitas.cluster._jit`
     (distances, weights and sums in one loop over the rows) where it is available for (k, d); the GEMM steps
-    otherwise. Chunks the kernel cannot take are redone by the general rule either way.
+    otherwise. Chunks the kernel cannot take are redone by the general rule either way. ``workers``: threads of
+    the pass (default ``torch.get_num_threads()``).
 
     Returns
     -------
@@ -231,7 +233,7 @@ def classic_pass(Xa: torch.Tensor, C: torch.Tensor, shift: torch.Tensor, q: floa
     kernel = classic_kernel(k, d) if jit and q == 2.0 else None
     C64 = np.ascontiguousarray(C.detach().cpu().numpy(), dtype=np.float64) if kernel is not None else None
     p = _Pass(Xa, augmented_centroids(C, shift), q, max(int(rows), 1), sums, labels, kernel, C64)
-    workers = min(torch.get_num_threads(), p.n_chunks)
+    workers = min(workers or torch.get_num_threads(), p.n_chunks)
     with _RUN_LOCK, blas_threads(1):  # the sums GEMMs run in the pass's own threads
         if workers <= 1:
             p.run()

@@ -3,6 +3,7 @@ for data in memory, in files or in DuckDB — streamed in chunks within a memory
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 from collections.abc import Callable
@@ -343,8 +344,9 @@ class FuzzyKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixi
                 _sums, Jf, lab = fused[1](data.x, C, M, q, sums=False, labels=compute_labels)
                 final = _Pass(None, float(Jf), None if lab is None else lab.cpu().numpy())
             else:
-                C, history, n_iter = self._iterate(data, C, M, q, method, rows, geo, callback)
-                final = self._pass(data, C, M, q, method, rows, geo, sums=False, labels=compute_labels)
+                with _torch_threads(1 if geo.augmented is not None else None):
+                    C, history, n_iter = self._iterate(data, C, M, q, method, rows, geo, callback)
+                    final = self._pass(data, C, M, q, method, rows, geo, sums=False, labels=compute_labels)
             if best is None or final.objective < best[0]:
                 best = (final.objective, C, history, n_iter, final.labels)
         objective, C, history, n_iter, labels = best
@@ -554,7 +556,7 @@ class FuzzyKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixi
         Same results as the general path to rounding."""
         jit = CPU_CLASSIC_JIT and geo.augmented.shape[1] >= _jit.MIN_ROWS
         acc, J, out_labels = classic_pass(geo.augmented, C, geo.shift, q, rows=CPU_CLASSIC_ROWS, sums=sums,
-                                          labels=labels, jit=jit)
+                                          labels=labels, jit=jit, workers=geo.workers)
         return _Pass(acc, J, out_labels)
 
     # ------------------------------------------------------------------------------------ prediction
@@ -757,6 +759,21 @@ def _from_numpy(a: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(a)
 
 
+@contextlib.contextmanager
+def _torch_threads(n: int | None):
+    """PyTorch's intra-op threads set to ``n`` inside (None: unchanged), put back after. The classic CPU iterations
+    run their own pass threads (:func:`densitas.cluster._cpu.classic_pass`, as many as PyTorch had): PyTorch's
+    OpenMP threads, woken by a small operation between passes, would spin on the cores those threads need (on a
+    2-core machine a 20-iteration fit took up to twice as long; benchmarks/RESULTS.md, 2026-11-23)."""
+    saved = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
+
+
 class _Geometry:
     """The fixed shift ``s`` of one fit (the initial centroids' mean) and, for data held in memory, the cached
     ``‖x − s‖²`` of every row (one float per row), so the classic path's GEMM needs no centred copy of X
@@ -772,6 +789,7 @@ class _Geometry:
         # densitas.neighbors' PyTorch path in a layout that vectorises); on CUDA the fused top-k kernel
         self.dense_select = data.device.type == "cpu" and CPU_DENSE_SELECT
         self.augmented = None
+        self.workers = torch.get_num_threads()  # the classic CPU pass's threads (set before _torch_threads(1))
         if (cache_norms and full and budget is not None and isinstance(data, TensorData)
                 and data.device.type == "cpu" and data.x.device.type == "cpu" and data.dtype == torch.float64
                 and data.x.dtype == torch.float64 and (data.n_features + 2) * data.n_rows * 8 <= budget // 2):
