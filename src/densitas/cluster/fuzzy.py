@@ -337,14 +337,17 @@ class FuzzyKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixi
         for seed in seeds:
             run_rs = np.random.RandomState(seed)
             C = init_array.to(dev) if init_array is not None else self._init_centers(data, k, run_rs)
-            geo = _Geometry(data, C.mean(0), rows, M == k, cache_norms=fused is None,
-                            budget=budget if method == "dense" else None)
             if fused is not None:
+                geo = _Geometry(data, C.mean(0), rows, M == k, cache_norms=False)
                 C, history, n_iter = self._iterate_fused(data, C, M, q, rows, geo, callback, fused[0])
                 _sums, Jf, lab = fused[1](data.x, C, M, q, sums=False, labels=compute_labels)
                 final = _Pass(None, float(Jf), None if lab is None else lab.cpu().numpy())
             else:
-                with _torch_threads(1 if geo.augmented is not None else None):
+                workers = torch.get_num_threads()
+                # classic FCM on the CPU: the cache, the passes and the steps between them with one PyTorch thread
+                with _torch_threads(1 if dev.type == "cpu" and M == k and method == "dense" else None):
+                    geo = _Geometry(data, C.mean(0), rows, M == k, budget=budget if method == "dense" else None,
+                                    workers=workers)
                     C, history, n_iter = self._iterate(data, C, M, q, method, rows, geo, callback)
                     final = self._pass(data, C, M, q, method, rows, geo, sums=False, labels=compute_labels)
             if best is None or final.objective < best[0]:
@@ -763,8 +766,9 @@ def _from_numpy(a: np.ndarray) -> torch.Tensor:
 def _torch_threads(n: int | None):
     """PyTorch's intra-op threads set to ``n`` inside (None: unchanged), put back after. The classic CPU iterations
     run their own pass threads (:func:`densitas.cluster._cpu.classic_pass`, as many as PyTorch had): PyTorch's
-    OpenMP threads, woken by a small operation between passes, would spin on the cores those threads need (on a
-    2-core machine a 20-iteration fit took up to twice as long; benchmarks/RESULTS.md, 2026-11-23)."""
+    OpenMP threads, woken by an operation before or between passes, can go on spinning on the cores those
+    threads need (on a 2-core machine 20-iteration fits took up to twice as long; benchmarks/RESULTS.md,
+    2026-11-23)."""
     saved = torch.get_num_threads()
     if n is not None:
         torch.set_num_threads(n)
@@ -782,14 +786,14 @@ class _Geometry:
     ((d + 2) × n, 1 + 2/d times X's size), when it fits in half the memory budget."""
 
     def __init__(self, data: ChunkedData, shift: torch.Tensor, rows: int, full: bool, cache_norms: bool = True,
-                 budget: int | None = None):
+                 budget: int | None = None, workers: int | None = None):
         self.shift = shift.to(data.device)
         self._norms = None
         # M < k on the CPU: every distance from the (k, rows) GEMM, then a selection (the GEMM + top-k of
         # densitas.neighbors' PyTorch path in a layout that vectorises); on CUDA the fused top-k kernel
         self.dense_select = data.device.type == "cpu" and CPU_DENSE_SELECT
         self.augmented = None
-        self.workers = torch.get_num_threads()  # the classic CPU pass's threads (set before _torch_threads(1))
+        self.workers = workers or torch.get_num_threads()  # the classic CPU pass's threads
         if (cache_norms and full and budget is not None and isinstance(data, TensorData)
                 and data.device.type == "cpu" and data.x.device.type == "cpu" and data.dtype == torch.float64
                 and data.x.dtype == torch.float64 and (data.n_features + 2) * data.n_rows * 8 <= budget // 2):
