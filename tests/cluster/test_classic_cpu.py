@@ -181,3 +181,54 @@ def test_a_classic_fit_runs_torch_single_threaded_between_passes_and_restores_it
     finally:
         torch.set_num_threads(saved)
     assert seen and set(seen) == {(1, 3)}
+
+
+def test_only_the_cached_classic_path_runs_single_threaded(seeded, monkeypatch):
+    """float32 data (no cache [x, 1, ‖x − s‖²]ᵀ) keeps PyTorch's threads for its passes; float64 in memory takes
+    one thread around its cache and passes."""
+    import contextlib
+
+    import densitas.cluster.fuzzy as fz
+    from densitas.cluster import FuzzyKMeans
+
+    entered = []
+    real = fz.single_threaded
+
+    @contextlib.contextmanager
+    def spy():
+        entered.append(True)
+        with real() as n:
+            yield n
+
+    monkeypatch.setattr(fz, "single_threaded", spy)
+    X = seeded.normal(size=(300, 2))
+    FuzzyKMeans(3, n_nearest=3, fuzzifier=2.0, max_iter=2, random_state=0).fit(X.astype(np.float32))
+    assert entered == []
+    FuzzyKMeans(3, n_nearest=3, fuzzifier=2.0, max_iter=2, random_state=0).fit(X)
+    assert entered == [True]
+
+
+def test_overlapping_fits_put_the_thread_count_back(seeded):
+    """Fits in several Python threads at once share one setting: the last to finish restores the count."""
+    from densitas.cluster import FuzzyKMeans
+
+    X = seeded.normal(size=(3000, 3))
+    saved = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        errors = []
+
+        def fit(it):
+            try:
+                FuzzyKMeans(4, n_nearest=4, fuzzifier=2.0, max_iter=it, tol=0, random_state=it).fit(X)
+            except BaseException as err:  # re-raised below
+                errors.append(err)
+
+        threads = [threading.Thread(target=fit, args=(it,)) for it in (5, 40, 15, 60)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors and torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(saved)

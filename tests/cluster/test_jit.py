@@ -33,15 +33,17 @@ def counted(monkeypatch):
     return calls
 
 
+@pytest.mark.parametrize("workers", [1, 3])
 @pytest.mark.parametrize("rows", [1, 7, 1000])
-def test_kernel_pass_equals_the_float64_reference(seeded, counted, rows):
-    """Continuous rows, far from every centroid: every chunk is the kernel's; 1e-12 of the reference."""
+def test_kernel_pass_equals_the_float64_reference(seeded, counted, rows, workers):
+    """Continuous rows, far from every centroid: every chunk is the kernel's, from one thread or three; 1e-12 of
+    the reference."""
     n, d, k = 203, 4, 5
     X = torch.as_tensor(seeded.normal(size=(n, d)) * 3.0 + 1.0)
     C = torch.as_tensor(seeded.normal(size=(k, d)) * 2.0)
     shift = X.mean(0)
     s, J, lab = classic_pass(augmented_rows(X, shift, rows), C, shift, 2.0, rows=rows, sums=True, labels=False,
-                             jit=True)
+                             jit=True, workers=workers)
     assert sorted(counted) == list(range(0, n, rows)) and lab is None
     s_ref, J_ref, _ = ref.fused_pass(X, C, k, 2.0)
     torch.testing.assert_close(s, s_ref, rtol=1e-12, atol=1e-12 * float(X.abs().max()))
@@ -63,7 +65,8 @@ def test_chunks_with_a_zero_distance_go_to_the_general_rule(seeded, counted, mon
     redone = []
     general = cpu.chunk_general
     monkeypatch.setattr(cpu, "chunk_general", lambda Ca, xc, q: (redone.append(xc[0].clone()), general(Ca, xc, q))[1])
-    s, J, lab = classic_pass(augmented_rows(X, shift, 7), C, shift, 2.0, rows=7, sums=True, labels=True, jit=True)
+    s, J, lab = classic_pass(augmented_rows(X, shift, 7), C, shift, 2.0, rows=7, sums=True, labels=True, jit=True,
+                             workers=2)
     assert sorted(counted) == list(range(0, n, 7))
     assert [r.tolist() for r in redone] == [X[:7, 0].tolist(), X[7:14, 0].tolist()]
     s_ref, J_ref, lab_ref = ref.fused_pass(X, C, k, 2.0, labels=True)
@@ -104,6 +107,31 @@ def test_a_fit_with_the_kernel_equals_one_with_the_gemm_steps(seeded, counted, m
         assert bool(counted) == jit  # 30 passes of one chunk each with the kernel, none without
     np.testing.assert_allclose(fits[True].cluster_centers_, fits[False].cluster_centers_, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(fits[True].objective_, fits[False].objective_, rtol=1e-10)
+    np.testing.assert_array_equal(fits[True].labels_, fits[False].labels_)
+
+
+def test_a_numba_failure_falls_back_to_the_gemm_steps(seeded, monkeypatch):
+    """A compile or cache error inside Numba is not the user's: the kernel is None and the fit runs the GEMM
+    steps (with the same centroids)."""
+    import numba
+
+    import densitas.cluster.fuzzy as fz
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("cannot cache function 'kernel': no locator available")
+
+    X = seeded.normal(size=(400, 2))
+    monkeypatch.setattr(_jit, "MIN_ROWS", 0)
+    want = FuzzyKMeans(3, n_nearest=3, fuzzifier=2.0, max_iter=5, tol=0, random_state=1).fit(X)
+    monkeypatch.setattr(numba, "njit", broken)
+    _jit.classic_kernel.cache_clear()
+    try:
+        assert _jit.classic_kernel(3, 2) is None
+        got = FuzzyKMeans(3, n_nearest=3, fuzzifier=2.0, max_iter=5, tol=0, random_state=1).fit(X)
+    finally:
+        _jit.classic_kernel.cache_clear()
+    assert fz.CPU_CLASSIC_JIT
+    np.testing.assert_allclose(got.cluster_centers_, want.cluster_centers_, rtol=1e-10, atol=1e-12)
 
 
 def test_without_numba_the_gemm_steps_run(seeded, monkeypatch):

@@ -10,7 +10,7 @@ import contextlib
 import math
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,7 +18,8 @@ import torch
 
 from densitas._blas import threads_override
 
-__all__ = ["PARALLEL_MIN_WORK", "DevicePolicy", "cpu_threads", "device_policy", "quantile", "thread_policy"]
+__all__ = ["PARALLEL_MIN_WORK", "DevicePolicy", "cpu_threads", "device_policy", "quantile", "single_threaded",
+           "thread_policy"]
 
 
 @dataclass(frozen=True)
@@ -141,10 +142,35 @@ def thread_policy(device: torch.device | str, work: float) -> Iterator[int]:
     if torch.device(device).type != "cpu":
         yield torch.get_num_threads()
         return
+    with _shared_threads(lambda saved: cpu_threads(work, default=saved)) as current:
+        yield current
+
+
+@contextlib.contextmanager
+def single_threaded() -> Iterator[int]:
+    """Run the block with one PyTorch thread, restoring the previous count afterwards; overlapping blocks share
+    one setting with :func:`thread_policy`'s (the first to enter chooses, the last to leave restores). For code
+    that runs its own threads: the classic CPU fuzzy c-means fit, whose pass threads PyTorch's OpenMP threads
+    would otherwise spin against. Yields the thread count in force.
+
+    Examples
+    --------
+    >>> with single_threaded() as threads:
+    ...     threads == torch.get_num_threads() == 1
+    True
+    """
+    with _shared_threads(lambda saved: 1) as current:
+        yield current
+
+
+@contextlib.contextmanager
+def _shared_threads(choose: Callable[[int], int]) -> Iterator[int]:
+    """The first of the overlapping blocks sets PyTorch's thread count to ``choose(count before)``; the last to
+    leave puts it back."""
     with _THREADS.lock:
         if _THREADS.depth == 0:
             _THREADS.saved = torch.get_num_threads()
-            threads = cpu_threads(work, default=_THREADS.saved)
+            threads = choose(_THREADS.saved)
             if threads != _THREADS.saved:
                 torch.set_num_threads(threads)
         _THREADS.depth += 1

@@ -159,12 +159,12 @@ class _Pass:
 
     def run(self) -> None:
         """Take chunks until none is left (one thread's share of the pass)."""
-        buf = ChunkBuffers(self.k, self.rows)
-        xs = self.Xa[:self.d + 1].numpy()  # [x, 1]: the sums' operand
-        parts = self.parts.numpy() if self.parts is not None else None
         if self.kernel is not None:
             self._run_kernel()
             return
+        buf = ChunkBuffers(self.k, self.rows)
+        xs = self.Xa[:self.d + 1].numpy()  # [x, 1]: the sums' operand
+        parts = self.parts.numpy() if self.parts is not None else None
         with np.errstate(all="ignore"):  # overflows and NaN are found by the checks below
             while (c := self.take()) is not None:
                 s = c * self.rows

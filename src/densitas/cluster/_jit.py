@@ -15,10 +15,11 @@ in registers: for each row ``x`` of the chunk,
 
 The loop body is generated for the given (k, d), so that the centroids and the k(d + 1) sums are scalars the
 compiler keeps in registers (or on the stack) and the loop over rows is vectorised. The source is written once
-per shape to a cache directory (``DENSITAS_CACHE_DIR``, else ``$XDG_CACHE_HOME/densitas`` or
-``~/.cache/densitas``) and compiled with Numba's on-disk cache, so the ~2 s compile happens once per machine and
-shape; where the directory cannot be written it is compiled in memory, once per process. Without Numba, or for
-shapes past :data:`MAX_SUMS`, the GEMM pass runs instead.
+per shape to a cache directory (:func:`cache_dir`: ``DENSITAS_CACHE_DIR/jit``, else
+``$XDG_CACHE_HOME/densitas/jit`` or ``~/.cache/densitas/jit``) and compiled with Numba's on-disk cache, so the
+~2 s compile happens once per machine and shape; where the directory cannot be used it is compiled in memory,
+once per process. Without Numba, for shapes past :data:`MAX_SUMS`, or if Numba fails to compile, the GEMM pass
+runs instead.
 """
 
 from __future__ import annotations
@@ -32,11 +33,12 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["MAX_SUMS", "MIN_ROWS", "classic_kernel", "kernel_source"]
+__all__ = ["MAX_SUMS", "MIN_ROWS", "cache_dir", "classic_kernel", "kernel_source"]
 
-#: The largest k(d + 1) (sums kept as scalars) the generated kernel is used for: past it the scalars spill and
-#: the compile grows with k·d, while the GEMMs of the pass get closer to the BLAS's speed.
-MAX_SUMS = 160
+#: The largest k(d + 1) (sums kept as scalars) the generated kernel is used for: past it the scalars spill, the
+#: first compile grows with k·d (6–11 s at k(d + 1) = 128–160 on a loaded 2-core machine), and the GEMMs of the
+#: pass get closer to the BLAS's speed.
+MAX_SUMS = 96
 #: The fewest rows for which :class:`~densitas.cluster.FuzzyKMeans` takes the kernel: below, one pass is well
 #: under a millisecond either way and a first compile (~2 s per shape on a new machine) would dominate.
 MIN_ROWS = 65_536
@@ -47,7 +49,7 @@ _FASTMATH = {"reassoc", "contract", "nsz"}  # vectorised sums; no reciprocal app
 
 
 def kernel_source(k: int, d: int) -> str:
-    """Python source of the kernel for ``k`` centroids of ``d`` features (the module docstring's four steps).
+    """Python source of the kernel for ``k`` centroids of ``d`` features (the module docstring's five steps).
 
     The function it defines, ``kernel(Xt, s, e, C, floor, sums, labels)``, reads the rows ``s:e`` of the
     transposed data ``Xt`` ((≥ d) × n, float64, rows contiguous) and the centroids ``C`` (k × d), writes
@@ -92,8 +94,9 @@ def kernel_source(k: int, d: int) -> str:
 
 @functools.lru_cache(maxsize=64)
 def classic_kernel(k: int, d: int) -> Callable | None:
-    """The compiled kernel of :func:`kernel_source` for (k, d), or None when Numba is not installed or
-    ``k (d + 1)`` is past :data:`MAX_SUMS` (the caller then runs the GEMM pass).
+    """The compiled kernel of :func:`kernel_source` for (k, d), or None when Numba is not installed, fails, or
+    ``k (d + 1)`` is past :data:`MAX_SUMS` (the caller then runs the GEMM pass). Compiled when first asked for,
+    from the on-disk cache where it can be.
 
     Examples
     --------
@@ -114,12 +117,27 @@ def classic_kernel(k: int, d: int) -> Callable | None:
     source = kernel_source(k, d)
     digest = hashlib.sha1(f"{_VERSION}\n{source}".encode()).hexdigest()[:12]
     module = _load_module(f"densitas_fcm_k{k}_d{d}_{digest}", source)
-    cache = module is not None
-    namespace: dict = vars(module) if module is not None else {}
-    if module is None:
-        exec(compile(source, f"<densitas fcm kernel k={k} d={d}>", "exec"), namespace)
-    return numba.njit(nogil=True, fastmath=_FASTMATH, boundscheck=False, error_model="numpy",
-                      cache=cache)(namespace["kernel"])
+    if module is not None:
+        kernel = _compiled(numba, module.kernel, cache=True)
+        if kernel is not None:
+            return kernel
+    namespace: dict = {}  # no usable cache: compiled in memory, once per process
+    exec(compile(source, f"<densitas fcm kernel k={k} d={d}>", "exec"), namespace)
+    return _compiled(numba, namespace["kernel"], cache=False)
+
+
+def _compiled(numba, fn: Callable, cache: bool) -> Callable | None:
+    """``fn`` compiled now for the one signature the pass calls it with (C-contiguous float64 data, centroids and
+    sums, int64 labels), or None if Numba fails (the caller then runs the GEMM steps): a compile or cache error
+    must not reach a fit, nor surface later from the pass's threads."""
+    f64, i64 = numba.types.float64, numba.types.int64
+    signature = numba.types.Tuple((f64, numba.types.boolean))(
+        f64[:, ::1], i64, i64, f64[:, ::1], f64, f64[:, ::1], i64[::1])
+    try:
+        return numba.njit(signature, nogil=True, fastmath=_FASTMATH, boundscheck=False, error_model="numpy",
+                          cache=cache)(fn)
+    except Exception:  # any Numba failure: fall back, never fail the fit
+        return None
 
 
 def cache_dir() -> Path:
@@ -142,19 +160,25 @@ def _load_module(name: str, source: str):
     Numba can cache the compiled code beside it; None if the directory cannot be written."""
     if name in sys.modules:
         return sys.modules[name]
+    tmp = None
     try:
         folder = cache_dir()
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{name}.py"
-        if not path.exists() or path.read_text() != source:
+        if not path.exists() or path.read_bytes() != source.encode():
             fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
             with os.fdopen(fd, "w") as fh:
                 fh.write(source)
+            os.chmod(tmp, 0o644)  # readable by the other users of a shared cache directory
             os.replace(tmp, path)
+            tmp = None
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-    except OSError:
+    except (OSError, SyntaxError, ValueError):  # unwritable, or a file another process left half-written
         return None
+    finally:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
     sys.modules[name] = module
     return module

@@ -20,6 +20,7 @@ from densitas._backend.chunking import memory_budget as default_budget
 from densitas._backend.chunking import parse_bytes
 from densitas._backend.device import resolve_device
 from densitas._backend.dispatch import select
+from densitas._backend.policy import single_threaded
 from densitas._dask import is_dask
 from densitas.cluster import _jit
 from densitas.cluster._cpu import augmented_rows, classic_pass
@@ -344,10 +345,12 @@ class FuzzyKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixi
                 final = _Pass(None, float(Jf), None if lab is None else lab.cpu().numpy())
             else:
                 workers = torch.get_num_threads()
-                # classic FCM on the CPU: the cache, the passes and the steps between them with one PyTorch thread
-                with _torch_threads(1 if dev.type == "cpu" and M == k and method == "dense" else None):
-                    geo = _Geometry(data, C.mean(0), rows, M == k, budget=budget if method == "dense" else None,
-                                    workers=workers)
+                geo_budget = budget if method == "dense" else None
+                # classic FCM on the CPU over the cached Xa: the cache, the passes (their own threads) and the
+                # steps between them with one PyTorch thread, whose OpenMP threads would spin against the pass's
+                own_threads = _Geometry.caches_augmented(data, M == k, True, geo_budget)
+                with single_threaded() if own_threads else contextlib.nullcontext():
+                    geo = _Geometry(data, C.mean(0), rows, M == k, budget=geo_budget, workers=workers)
                     C, history, n_iter = self._iterate(data, C, M, q, method, rows, geo, callback)
                     final = self._pass(data, C, M, q, method, rows, geo, sums=False, labels=compute_labels)
             if best is None or final.objective < best[0]:
@@ -762,22 +765,6 @@ def _from_numpy(a: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(a)
 
 
-@contextlib.contextmanager
-def _torch_threads(n: int | None):
-    """PyTorch's intra-op threads set to ``n`` inside (None: unchanged), put back after. The classic CPU iterations
-    run their own pass threads (:func:`densitas.cluster._cpu.classic_pass`, as many as PyTorch had): PyTorch's
-    OpenMP threads, woken by an operation before or between passes, can go on spinning on the cores those
-    threads need (on a 2-core machine 20-iteration fits took up to twice as long; benchmarks/RESULTS.md,
-    2026-11-23)."""
-    saved = torch.get_num_threads()
-    if n is not None:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(saved)
-
-
 class _Geometry:
     """The fixed shift ``s`` of one fit (the initial centroids' mean) and, for data held in memory, the cached
     ``‖x − s‖²`` of every row (one float per row), so the classic path's GEMM needs no centred copy of X
@@ -794,14 +781,20 @@ class _Geometry:
         self.dense_select = data.device.type == "cpu" and CPU_DENSE_SELECT
         self.augmented = None
         self.workers = workers or torch.get_num_threads()  # the classic CPU pass's threads
-        if (cache_norms and full and budget is not None and isinstance(data, TensorData)
-                and data.device.type == "cpu" and data.x.device.type == "cpu" and data.dtype == torch.float64
-                and data.x.dtype == torch.float64 and (data.n_features + 2) * data.n_rows * 8 <= budget // 2):
+        if self.caches_augmented(data, full, cache_norms, budget):
             # classic fuzzy c-means on the CPU: Xa = [x, 1, ‖x − s‖²]ᵀ, (d + 2) × n (FuzzyKMeans._pass_classic_cpu)
             self.augmented = augmented_rows(data.x, self.shift, rows)
             return
         if cache_norms and (full or self.dense_select) and isinstance(data, TensorData):
             self._norms = torch.cat([sq_norms(x, self.shift) for _, x in data.blocks(rows)])
+
+    @staticmethod
+    def caches_augmented(data: ChunkedData, full: bool, cache_norms: bool, budget: int | None) -> bool:
+        """Whether the fit keeps ``augmented`` (classic fuzzy c-means on the CPU, float64 held in memory, the
+        cache within half the budget): then its passes are :func:`densitas.cluster._cpu.classic_pass`."""
+        return bool(cache_norms and full and budget is not None and isinstance(data, TensorData)
+                    and data.device.type == "cpu" and data.x.device.type == "cpu" and data.dtype == torch.float64
+                    and data.x.dtype == torch.float64 and (data.n_features + 2) * data.n_rows * 8 <= budget // 2)
 
     def norms(self, off: int, x: torch.Tensor) -> torch.Tensor | None:
         return None if self._norms is None else self._norms[off:off + x.shape[0]]
