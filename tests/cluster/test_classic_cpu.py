@@ -69,7 +69,8 @@ def test_only_chunks_with_a_zero_distance_take_the_general_rule(seeded, monkeypa
     shift = torch.zeros(X.shape[1], dtype=torch.float64)
     redone = []
     general = cpu.chunk_general
-    monkeypatch.setattr(cpu, "chunk_general", lambda Ca, xc, q: (redone.append(xc[0].clone()), general(Ca, xc, q))[1])
+    monkeypatch.setattr(cpu, "chunk_general",
+                        lambda Ca, xc, q, m=None: (redone.append(xc[0].clone()), general(Ca, xc, q, m))[1])
     s, J, _ = classic_pass(augmented_rows(X, shift, 7), C, shift, q, rows=7, sums=True, labels=False)
     assert [r.tolist() for r in redone] == [X[:7, 0].tolist(), X[7:14, 0].tolist()]
     s_ref, J_ref, _ = ref.fused_pass(X, C, C.shape[0], q)

@@ -24,8 +24,8 @@ def counted(monkeypatch):
     equality tests)."""
     calls = []
 
-    def kernel_for(k, d):
-        kern = _jit.classic_kernel(k, d)
+    def kernel_for(k, d, m=None):
+        kern = _jit.classic_kernel(k, d, m)
         assert kern is not None
         return lambda *args: (calls.append(args[1]), kern(*args))[1]
 
@@ -64,7 +64,8 @@ def test_chunks_with_a_zero_distance_go_to_the_general_rule(seeded, counted, mon
     shift = torch.zeros(d, dtype=torch.float64)
     redone = []
     general = cpu.chunk_general
-    monkeypatch.setattr(cpu, "chunk_general", lambda Ca, xc, q: (redone.append(xc[0].clone()), general(Ca, xc, q))[1])
+    monkeypatch.setattr(cpu, "chunk_general",
+                        lambda Ca, xc, q, m=None: (redone.append(xc[0].clone()), general(Ca, xc, q, m))[1])
     s, J, lab = classic_pass(augmented_rows(X, shift, 7), C, shift, 2.0, rows=7, sums=True, labels=True, jit=True,
                              workers=2)
     assert sorted(counted) == list(range(0, n, 7))
@@ -181,3 +182,51 @@ def test_the_source_is_cached_on_disk_and_compiled_in_memory_when_it_cannot_be(t
     _jit.classic_kernel.cache_clear()
     assert answers[0][1] and answers[1][1] and answers[0][0] == answers[1][0]
     np.testing.assert_array_equal(answers[0][2], answers[1][2])
+
+
+@pytest.mark.parametrize(("k", "m"), [(5, 2), (4, 1), (6, 3)])
+def test_gfkm_kernel_pass_equals_the_float64_reference(seeded, counted, k, m):
+    """Generalized Fuzzy k-Means (the m nearest of k) in the kernel: sums, objective and labels of the float64
+    reference (a stable sort for the m nearest), from two threads."""
+    X = torch.as_tensor(seeded.normal(size=(997, 3)) * 3.0)
+    C = torch.as_tensor(seeded.normal(size=(k, 3)) * 2.0)
+    shift = X.mean(0)
+    s, J, lab = classic_pass(augmented_rows(X, shift, 64), C, shift, 2.0, rows=64, sums=True, labels=True, jit=True,
+                             workers=2, nearest=m)
+    assert len(counted) == 16
+    s_ref, J_ref, lab_ref = ref.fused_pass(X, C, m, 2.0, labels=True)
+    torch.testing.assert_close(s, s_ref, rtol=1e-12, atol=1e-12 * float(X.abs().max()))
+    assert J == pytest.approx(float(J_ref), rel=1e-12)
+    np.testing.assert_array_equal(lab, lab_ref.numpy())
+
+
+def test_gfkm_ties_and_zero_distances(seeded, counted):
+    """Integer rows: exact ties (centroids 0 and 1 equal: the lower index is among the m nearest) and a zero
+    distance (centroid 2 on row 5: its chunk goes to the general rule over the m nearest)."""
+    X = torch.as_tensor(seeded.integers(-3, 4, size=(500, 3)), dtype=torch.float64)
+    C = torch.as_tensor(seeded.integers(-3, 4, size=(5, 3)), dtype=torch.float64)
+    C[1] = C[0]
+    C[2] = X[5]
+    shift = torch.zeros(3, dtype=torch.float64)
+    s, J, lab = classic_pass(augmented_rows(X, shift, 16), C, shift, 2.0, rows=16, sums=True, labels=True, jit=True,
+                             workers=2, nearest=2)
+    s_ref, J_ref, lab_ref = ref.fused_pass(X, C, 2, 2.0, labels=True)
+    torch.testing.assert_close(s, s_ref, rtol=1e-12, atol=1e-12 * float(X.abs().max()))
+    assert J == pytest.approx(float(J_ref), rel=1e-12)
+    np.testing.assert_array_equal(lab, lab_ref.numpy())
+
+
+def test_a_gfkm_fit_with_the_kernel_equals_the_general_path(seeded, counted, monkeypatch):
+    import densitas.cluster.fuzzy as fz
+
+    X = np.r_[seeded.normal(size=(700, 3)), seeded.normal(size=(500, 3)) + 4.0]
+    monkeypatch.setattr(_jit, "MIN_ROWS", 0)
+    fits = {}
+    for jit in (True, False):
+        monkeypatch.setattr(fz, "CPU_CLASSIC_JIT", jit)
+        counted.clear()
+        fits[jit] = FuzzyKMeans(5, n_nearest=2, fuzzifier=2.0, max_iter=20, tol=0, random_state=4).fit(X)
+        assert bool(counted) == jit
+    np.testing.assert_allclose(fits[True].cluster_centers_, fits[False].cluster_centers_, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(fits[True].objective_, fits[False].objective_, rtol=1e-10)
+    np.testing.assert_array_equal(fits[True].labels_, fits[False].labels_)

@@ -43,7 +43,7 @@ from densitas._blas import blas_threads
 from densitas.cluster._jit import classic_kernel
 from densitas.cluster.steps import argmin_t, prepare_centroids, sq_norms, weights_and_objective
 
-__all__ = ["augmented_rows", "classic_pass"]
+__all__ = ["augmented_rows", "classic_pass", "gfkm_kernel_applies"]
 
 
 def augmented_rows(X: torch.Tensor, shift: torch.Tensor, rows: int) -> torch.Tensor:
@@ -122,13 +122,18 @@ def chunk_weights(D: np.ndarray, A: np.ndarray, ones: np.ndarray, q: float) -> t
     return float(np.add.reduce(np.power(inv, q - 1.0), axis=None)), float(np.minimum.reduce(inv, axis=None))
 
 
-def chunk_general(Ca: torch.Tensor, xc: torch.Tensor, q: float) -> tuple[torch.Tensor, float]:
+def chunk_general(Ca: torch.Tensor, xc: torch.Tensor, q: float, m: int | None = None) -> tuple[torch.Tensor, float]:
     """Weights and objective of a chunk by :func:`~densitas.cluster.steps.weights_and_objective`'s rule (zero
-    distances exactly, log domain on overflow): for the chunks where :func:`chunk_weights` fails or does not
-    apply."""
+    distances exactly, log domain on overflow): for the chunks where :func:`chunk_weights` or the compiled kernel
+    fails or does not apply. With ``m`` < k, over each row's ``m`` nearest centroids (a stable sort: ties to the
+    lower index), the others' weights 0."""
     D = torch.mm(Ca, xc).clamp_(min=0.0)
-    _u, w, J = weights_and_objective(D, q, dim=0, keep_u=False, overwrite=True)
-    return w, float(J)
+    if m is None or m >= D.shape[0]:
+        _u, w, J = weights_and_objective(D, q, dim=0, keep_u=False, overwrite=True)
+        return w, float(J)
+    nearest = torch.argsort(D, dim=0, stable=True)[:m]
+    _u, wn, J = weights_and_objective(D.gather(0, nearest), q, dim=0, keep_u=False)
+    return torch.zeros_like(D).scatter_(0, nearest, wn), float(J)
 
 
 class _Pass:
@@ -136,8 +141,9 @@ class _Pass:
     results, kept apart until they are added in chunk order."""
 
     def __init__(self, Xa: torch.Tensor, Ca: torch.Tensor, q: float, rows: int, sums: bool, labels: bool,
-                 kernel: Callable | None = None, C: np.ndarray | None = None):
+                 kernel: Callable | None = None, C: np.ndarray | None = None, nearest: int | None = None):
         self.Xa, self.Ca, self.q, self.rows = Xa, Ca, q, rows
+        self.nearest = nearest  # GFKM's M (None: every centroid)
         self.kernel, self.C = kernel, C  # the compiled q = 2 kernel (densitas.cluster._jit) and C, (k, d)
         self.k, self.d = Ca.shape[0], Xa.shape[0] - 2
         n = Xa.shape[1]
@@ -204,13 +210,13 @@ class _Pass:
         overflow or an underflow) with the general one."""
         for c in np.flatnonzero(self.failed).tolist():
             xc = self.Xa[:, c * self.rows:(c + 1) * self.rows]
-            w, self.objective[c] = chunk_general(self.Ca, xc, self.q)
+            w, self.objective[c] = chunk_general(self.Ca, xc, self.q, self.nearest)
             if self.parts is not None:
                 torch.mm(w, xc[:self.d + 1].T, out=self.parts[c])
 
 
 def classic_pass(Xa: torch.Tensor, C: torch.Tensor, shift: torch.Tensor, q: float, *, rows: int, sums: bool,
-                 labels: bool, jit: bool = False, workers: int | None = None
+                 labels: bool, jit: bool = False, workers: int | None = None, nearest: int | None = None
                  ) -> tuple[torch.Tensor | None, float, np.ndarray | None]:
     """One classic fuzzy c-means pass over ``Xa`` (:func:`augmented_rows`) with centroids ``C`` (k, d), in chunks
     of ``rows`` columns shared among ``torch.get_num_threads()`` threads.
@@ -218,7 +224,8 @@ def classic_pass(Xa: torch.Tensor, C: torch.Tensor, shift: torch.Tensor, q: floa
     With ``jit`` and q = 2, each chunk runs the compiled kernel of :mod:`densitas.cluster._jit`
     (distances, weights and sums in one loop over the rows) where it is available for (k, d); the GEMM steps
     otherwise. Chunks the kernel cannot take are redone by the general rule either way. ``workers``: threads of
-    the pass (default ``torch.get_num_threads()``).
+    the pass (default ``torch.get_num_threads()``). ``nearest`` < k: Generalized Fuzzy k-Means over each row's
+    ``nearest`` centroids, with q = 2 and the compiled kernel only (:func:`gfkm_kernel_applies`).
 
     Returns
     -------
@@ -230,9 +237,12 @@ def classic_pass(Xa: torch.Tensor, C: torch.Tensor, shift: torch.Tensor, q: floa
         The nearest centroid of each row, ties to the lower index (``labels=True``).
     """
     k, d = C.shape
-    kernel = classic_kernel(k, d) if jit and q == 2.0 else None
+    nearest = None if nearest is None or nearest >= k else int(nearest)
+    kernel = classic_kernel(k, d, nearest) if jit and q == 2.0 else None
+    if nearest is not None and kernel is None:
+        raise ValueError("classic_pass with nearest < k needs the compiled q = 2 kernel (gfkm_kernel_applies).")
     C64 = np.ascontiguousarray(C.detach().cpu().numpy(), dtype=np.float64) if kernel is not None else None
-    p = _Pass(Xa, augmented_centroids(C, shift), q, max(int(rows), 1), sums, labels, kernel, C64)
+    p = _Pass(Xa, augmented_centroids(C, shift), q, max(int(rows), 1), sums, labels, kernel, C64, nearest)
     workers = min(workers or torch.get_num_threads(), p.n_chunks)
     with _RUN_LOCK, blas_threads(1):  # the sums GEMMs run in the pass's own threads
         if workers <= 1:
@@ -242,6 +252,18 @@ def classic_pass(Xa: torch.Tensor, C: torch.Tensor, shift: torch.Tensor, q: floa
     p.repair()
     total = p.parts.sum(0) if p.parts is not None else None
     return total, math.fsum(p.objective.tolist()), p.labels
+
+
+def gfkm_kernel_applies(k: int, d: int, m: int, q: float) -> bool:
+    """Whether :func:`classic_pass` can run Generalized Fuzzy k-Means (``m`` < k nearest) for these shapes: q = 2
+    and a compiled kernel for (k, d, m) (Numba installed, k(d + 1) within its limit).
+
+    Examples
+    --------
+    >>> gfkm_kernel_applies(5, 10, 2, 1.7)
+    False
+    """
+    return q == 2.0 and m < k and classic_kernel(k, d, m) is not None
 
 
 # ------------------------------------------------------------------------------------------- threads

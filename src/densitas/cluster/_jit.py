@@ -48,7 +48,7 @@ _VERSION = 2
 _FASTMATH = {"reassoc", "contract", "nsz"}  # vectorised sums; no reciprocal approximations ("arcp" is left out)
 
 
-def kernel_source(k: int, d: int) -> str:
+def kernel_source(k: int, d: int, m: int | None = None) -> str:
     """Python source of the kernel for ``k`` centroids of ``d`` features (the module docstring's five steps).
 
     The function it defines, ``kernel(Xt, s, e, C, floor, sums, labels)``, reads the rows ``s:e`` of the
@@ -56,6 +56,10 @@ def kernel_source(k: int, d: int) -> str:
     ``[Σ w x, Σ w]`` of those rows to ``sums`` (k × (d + 1)) and each row's nearest centroid (ties to the lower
     index) to ``labels[0:e − s]`` (int64), and returns ``(objective, ok)``; ``ok`` is False when a distance was not
     above ``floor`` (or NaN), and the sums and objective are then not to be used (the labels are).
+
+    With ``m < k`` (Generalized Fuzzy k-Means, document 004) a row's memberships are over its ``m`` nearest
+    centroids only, ties to the lower index: centroid j is among them when fewer than m others are nearer
+    (``D_l < D_j``, or ``D_l = D_j`` with ``l < j``), and the others get weight 0.
 
     Examples
     --------
@@ -80,7 +84,12 @@ def kernel_source(k: int, d: int) -> str:
         lines += [f"        closer = d{j} < best", f"        best = d{j} if closer else best",
                   f"        lab = {j} if closer else lab"]
     lines.append("        labels[i] = lab")
-    lines += [f"        a{j} = 1.0 / d{j}" for j in clusters]
+    if m is None or m >= k:
+        lines += [f"        a{j} = 1.0 / d{j}" for j in clusters]
+    else:  # the m nearest (ties to the lower index) by rank: the others get a = 0, hence u = w = 0
+        for j in clusters:
+            nearer = [f"(d{i} <= d{j})" for i in clusters if i < j] + [f"(d{i} < d{j})" for i in clusters if i > j]
+            lines.append(f"        a{j} = 1.0 / d{j} if (" + " + ".join(nearer) + f") < {m} else 0.0")
     lines.append("        r = 1.0 / (" + " + ".join(f"a{j}" for j in clusters) + ")")
     lines.append("        J += r")
     for j in clusters:
@@ -93,8 +102,8 @@ def kernel_source(k: int, d: int) -> str:
 
 
 @functools.lru_cache(maxsize=64)
-def classic_kernel(k: int, d: int) -> Callable | None:
-    """The compiled kernel of :func:`kernel_source` for (k, d), or None when Numba is not installed, fails, or
+def classic_kernel(k: int, d: int, m: int | None = None) -> Callable | None:
+    """The compiled kernel of :func:`kernel_source` for (k, d, m), or None when Numba is not installed, fails, or
     ``k (d + 1)`` is past :data:`MAX_SUMS` (the caller then runs the GEMM pass). Compiled when first asked for,
     from the on-disk cache where it can be.
 
@@ -114,9 +123,10 @@ def classic_kernel(k: int, d: int) -> Callable | None:
         import numba
     except ImportError:
         return None
-    source = kernel_source(k, d)
+    m = None if m is None or m >= k else int(m)
+    source = kernel_source(k, d, m)
     digest = hashlib.sha1(f"{_VERSION}\n{source}".encode()).hexdigest()[:12]
-    module = _load_module(f"densitas_fcm_k{k}_d{d}_{digest}", source)
+    module = _load_module(f"densitas_fcm_k{k}_d{d}{'' if m is None else f'_m{m}'}_{digest}", source)
     if module is not None:
         kernel = _compiled(numba, module.kernel, cache=True)
         if kernel is not None:

@@ -23,7 +23,7 @@ from densitas._backend.dispatch import select
 from densitas._backend.policy import single_threaded
 from densitas._dask import is_dask
 from densitas.cluster import _jit
-from densitas.cluster._cpu import augmented_rows, classic_pass
+from densitas.cluster._cpu import augmented_rows, classic_pass, gfkm_kernel_applies
 from densitas.cluster._data import ChunkedData, TensorData, compute_dtype, is_streamed, open_data
 from densitas.cluster.steps import (
     _ALL_METHODS,
@@ -348,9 +348,12 @@ class FuzzyKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixi
                 geo_budget = budget if method == "dense" else None
                 # classic FCM on the CPU over the cached Xa: the cache, the passes (their own threads) and the
                 # steps between them with one PyTorch thread, whose OpenMP threads would spin against the pass's
-                own_threads = _Geometry.caches_augmented(data, M == k, True, geo_budget)
+                # GFKM (M < k) with q = 2 in memory takes the same cached pass, in the compiled kernel
+                gfkm = (M < k and CPU_CLASSIC_JIT and dev.type == "cpu" and method == "dense"
+                        and n >= _jit.MIN_ROWS and gfkm_kernel_applies(k, d, M, q))
+                own_threads = _Geometry.caches_augmented(data, M == k or gfkm, True, geo_budget)
                 with single_threaded() if own_threads else contextlib.nullcontext():
-                    geo = _Geometry(data, C.mean(0), rows, M == k, budget=geo_budget, workers=workers)
+                    geo = _Geometry(data, C.mean(0), rows, M == k or gfkm, budget=geo_budget, workers=workers)
                     C, history, n_iter = self._iterate(data, C, M, q, method, rows, geo, callback)
                     final = self._pass(data, C, M, q, method, rows, geo, sums=False, labels=compute_labels)
             if best is None or final.objective < best[0]:
@@ -506,8 +509,8 @@ class FuzzyKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixi
     def _pass(self, data: ChunkedData, C: torch.Tensor, M: int, q: float, method: str, rows: int, geo: _Geometry,
               *, sums: bool, labels: bool) -> _Pass:
         """One pass: memberships of every chunk, the objective, the weighted sums (and the labels)."""
-        if geo.augmented is not None and M == C.shape[0] and method == "dense":
-            return self._pass_classic_cpu(C, q, geo, sums=sums, labels=labels)
+        if geo.augmented is not None and method == "dense":  # M = k, or GFKM in the compiled kernel
+            return self._pass_classic_cpu(C, q, geo, M, sums=sums, labels=labels)
         k, d = C.shape
         dev = data.device
         C = C.to(dev)
@@ -555,14 +558,15 @@ class FuzzyKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixi
                 out_labels[off:off + x.shape[0]] = hard_labels(D, nn).cpu().numpy()
         return _Pass(acc, float(J), out_labels)
 
-    def _pass_classic_cpu(self, C: torch.Tensor, q: float, geo: _Geometry, *, sums: bool, labels: bool) -> _Pass:
-        """The classic (M = k) pass on the CPU over the cached ``Xa = [x, 1, ‖x − s‖²]ᵀ``: two GEMMs and four
-        in-place passes per chunk of :data:`CPU_CLASSIC_ROWS` columns, or for q = 2 one compiled loop per chunk
-        (:data:`CPU_CLASSIC_JIT`), the chunks shared among threads (:func:`densitas.cluster._cpu.classic_pass`).
-        Same results as the general path to rounding."""
+    def _pass_classic_cpu(self, C: torch.Tensor, q: float, geo: _Geometry, M: int, *, sums: bool,
+                          labels: bool) -> _Pass:
+        """The pass on the CPU over the cached ``Xa = [x, 1, ‖x − s‖²]ᵀ``: for M = k two GEMMs and four in-place
+        passes per chunk of :data:`CPU_CLASSIC_ROWS` columns, or for q = 2 one compiled loop per chunk
+        (:data:`CPU_CLASSIC_JIT`; GFKM, M < k, only there), the chunks shared among threads
+        (:func:`densitas.cluster._cpu.classic_pass`). Same results as the general path to rounding."""
         jit = CPU_CLASSIC_JIT and geo.augmented.shape[1] >= _jit.MIN_ROWS
         acc, J, out_labels = classic_pass(geo.augmented, C, geo.shift, q, rows=CPU_CLASSIC_ROWS, sums=sums,
-                                          labels=labels, jit=jit, workers=geo.workers)
+                                          labels=labels, jit=jit, workers=geo.workers, nearest=M)
         return _Pass(acc, J, out_labels)
 
     # ------------------------------------------------------------------------------------ prediction
