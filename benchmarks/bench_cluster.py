@@ -25,6 +25,7 @@ Usage::
     python benchmarks/bench_cluster.py --crossover [--small]
     python benchmarks/bench_cluster.py --iteration           # CUDA only
     python benchmarks/bench_cluster.py --classic [--quick] [--repeats 5]  # section 1 only (--quick: auto + peers)
+    python benchmarks/bench_cluster.py --gfkm                              # section 2 only
 
 Timings are medians of ``--repeats`` runs (CUDA: synchronised wall time of the whole fit).
 """
@@ -329,6 +330,7 @@ def main() -> None:
     ap.add_argument("--iteration", action="store_true", help="only the fused GPU iteration at N = 1,025,010")
     ap.add_argument("--classic", action="store_true", help="only section 1 (classic FCM beside the peers)")
     ap.add_argument("--quick", action="store_true", help="with --classic: densitas auto beside the peers only")
+    ap.add_argument("--gfkm", action="store_true", help="only section 2 (GFKM, M = 2, every centroid update)")
     ap.add_argument("--n", type=int, default=None)
     ap.add_argument("--d", type=int, default=10)
     ap.add_argument("--k", type=int, default=5)
@@ -348,6 +350,10 @@ def main() -> None:
     n = args.n or (50_000 if args.small else 500_000)
     X, C0 = make_data(n, args.d, args.k, args.seed)
     print(f"  load average before: {_load()}")
+    if args.gfkm:
+        gfkm(X, C0, args.iters, args.repeats, args.device)
+        print(f"  load average after: {_load()}")
+        return
     classic(X, C0, args.iters, args.repeats, args.device, quick=args.quick)
     print(f"  load average after: {_load()}")
     if args.classic:
