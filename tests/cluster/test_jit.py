@@ -95,7 +95,10 @@ def test_the_kernel_reports_what_it_cannot_take():
     assert lab[:2].tolist() == [0, 1]  # a tie (2 is 2 from both) goes to the lower index
 
 
-def test_a_fit_with_the_kernel_equals_one_with_the_gemm_steps(seeded, counted, monkeypatch):
+@pytest.mark.parametrize(("k", "m", "iters"), [(4, 4, 30), (5, 2, 20)])
+def test_a_fit_with_the_kernel_equals_one_without(seeded, counted, monkeypatch, k, m, iters):
+    """Classic (m = k: beside the GEMM steps) and GFKM (m < k: beside the general path): the same centroids,
+    objectives and labels; the kernel runs in the first fit only."""
     import densitas.cluster.fuzzy as fz
 
     X = np.r_[seeded.normal(size=(700, 3)), seeded.normal(size=(500, 3)) + 4.0]
@@ -104,8 +107,8 @@ def test_a_fit_with_the_kernel_equals_one_with_the_gemm_steps(seeded, counted, m
     for jit in (True, False):
         monkeypatch.setattr(fz, "CPU_CLASSIC_JIT", jit)
         counted.clear()
-        fits[jit] = FuzzyKMeans(4, n_nearest=4, fuzzifier=2.0, max_iter=30, tol=0, random_state=3).fit(X)
-        assert bool(counted) == jit  # 30 passes of one chunk each with the kernel, none without
+        fits[jit] = FuzzyKMeans(k, n_nearest=m, fuzzifier=2.0, max_iter=iters, tol=0, random_state=3).fit(X)
+        assert bool(counted) == jit  # one chunk a pass with the kernel, none without
     np.testing.assert_allclose(fits[True].cluster_centers_, fits[False].cluster_centers_, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(fits[True].objective_, fits[False].objective_, rtol=1e-10)
     np.testing.assert_array_equal(fits[True].labels_, fits[False].labels_)
@@ -125,19 +128,19 @@ def test_a_numba_failure_falls_back_to_the_gemm_steps(seeded, monkeypatch):
     monkeypatch.setattr(_jit, "MIN_ROWS", 0)
     want = FuzzyKMeans(3, n_nearest=3, fuzzifier=2.0, max_iter=5, tol=0, random_state=1).fit(X)
     monkeypatch.setattr(numba, "njit", broken)
-    _jit.classic_kernel.cache_clear()
+    _jit._kernel.cache_clear()
     try:
         assert _jit.classic_kernel(3, 2) is None
         got = FuzzyKMeans(3, n_nearest=3, fuzzifier=2.0, max_iter=5, tol=0, random_state=1).fit(X)
     finally:
-        _jit.classic_kernel.cache_clear()
+        _jit._kernel.cache_clear()
     assert fz.CPU_CLASSIC_JIT
     np.testing.assert_allclose(got.cluster_centers_, want.cluster_centers_, rtol=1e-10, atol=1e-12)
 
 
 def test_without_numba_the_gemm_steps_run(seeded, monkeypatch):
     monkeypatch.setitem(sys.modules, "numba", None)  # import numba raises ImportError
-    _jit.classic_kernel.cache_clear()
+    _jit._kernel.cache_clear()
     try:
         assert _jit.classic_kernel(3, 2) is None
         X = torch.as_tensor(seeded.normal(size=(50, 2)))
@@ -149,7 +152,7 @@ def test_without_numba_the_gemm_steps_run(seeded, monkeypatch):
         torch.testing.assert_close(s, s_ref, rtol=1e-12, atol=1e-12)
         assert J == pytest.approx(float(J_ref), rel=1e-12)
     finally:
-        _jit.classic_kernel.cache_clear()
+        _jit._kernel.cache_clear()
 
 
 def test_large_shapes_take_the_gemm_steps():
@@ -166,7 +169,7 @@ def test_the_source_is_cached_on_disk_and_compiled_in_memory_when_it_cannot_be(t
     C = np.array([[0.0, 0.0], [3.0, 3.0], [6.0, 2.0]])
     answers = []
     for where in ("dir", "file"):
-        _jit.classic_kernel.cache_clear()
+        _jit._kernel.cache_clear()
         target = tmp_path / where
         if where == "file":
             target.write_text("not a directory")
@@ -179,7 +182,7 @@ def test_the_source_is_cached_on_disk_and_compiled_in_memory_when_it_cannot_be(t
         if where == "dir":
             (written,) = (target / "jit").glob("densitas_fcm_k3_d2_*.py")
             assert written.read_text() == _jit.kernel_source(3, 2)
-    _jit.classic_kernel.cache_clear()
+    _jit._kernel.cache_clear()
     assert answers[0][1] and answers[1][1] and answers[0][0] == answers[1][0]
     np.testing.assert_array_equal(answers[0][2], answers[1][2])
 
@@ -214,19 +217,3 @@ def test_gfkm_ties_and_zero_distances(seeded, counted):
     torch.testing.assert_close(s, s_ref, rtol=1e-12, atol=1e-12 * float(X.abs().max()))
     assert J == pytest.approx(float(J_ref), rel=1e-12)
     np.testing.assert_array_equal(lab, lab_ref.numpy())
-
-
-def test_a_gfkm_fit_with_the_kernel_equals_the_general_path(seeded, counted, monkeypatch):
-    import densitas.cluster.fuzzy as fz
-
-    X = np.r_[seeded.normal(size=(700, 3)), seeded.normal(size=(500, 3)) + 4.0]
-    monkeypatch.setattr(_jit, "MIN_ROWS", 0)
-    fits = {}
-    for jit in (True, False):
-        monkeypatch.setattr(fz, "CPU_CLASSIC_JIT", jit)
-        counted.clear()
-        fits[jit] = FuzzyKMeans(5, n_nearest=2, fuzzifier=2.0, max_iter=20, tol=0, random_state=4).fit(X)
-        assert bool(counted) == jit
-    np.testing.assert_allclose(fits[True].cluster_centers_, fits[False].cluster_centers_, rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(fits[True].objective_, fits[False].objective_, rtol=1e-10)
-    np.testing.assert_array_equal(fits[True].labels_, fits[False].labels_)

@@ -101,7 +101,6 @@ def kernel_source(k: int, d: int, m: int | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-@functools.lru_cache(maxsize=64)
 def classic_kernel(k: int, d: int, m: int | None = None) -> Callable | None:
     """The compiled kernel of :func:`kernel_source` for (k, d, m), or None when Numba is not installed, fails, or
     ``k (d + 1)`` is past :data:`MAX_SUMS` (the caller then runs the GEMM pass). Compiled when first asked for,
@@ -117,13 +116,18 @@ def classic_kernel(k: int, d: int, m: int | None = None) -> Callable | None:
     >>> bool(ok) or kern is None
     True
     """
+    return _kernel(int(k), int(d), None if m is None or m >= k else int(m))  # m ≥ k: the classic kernel
+
+
+@functools.lru_cache(maxsize=64)
+def _kernel(k: int, d: int, m: int | None) -> Callable | None:
+    """:func:`classic_kernel` once per (k, d, m), m None for every centroid."""
     if k * (d + 1) > MAX_SUMS:
         return None
     try:
         import numba
     except ImportError:
         return None
-    m = None if m is None or m >= k else int(m)
     source = kernel_source(k, d, m)
     digest = hashlib.sha1(f"{_VERSION}\n{source}".encode()).hexdigest()[:12]
     module = _load_module(f"densitas_fcm_k{k}_d{d}{'' if m is None else f'_m{m}'}_{digest}", source)

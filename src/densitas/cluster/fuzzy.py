@@ -346,14 +346,14 @@ class FuzzyKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixi
             else:
                 workers = torch.get_num_threads()
                 geo_budget = budget if method == "dense" else None
-                # classic FCM on the CPU over the cached Xa: the cache, the passes (their own threads) and the
-                # steps between them with one PyTorch thread, whose OpenMP threads would spin against the pass's
-                # GFKM (M < k) with q = 2 in memory takes the same cached pass, in the compiled kernel
-                gfkm = (M < k and CPU_CLASSIC_JIT and dev.type == "cpu" and method == "dense"
-                        and n >= _jit.MIN_ROWS and gfkm_kernel_applies(k, d, M, q))
-                own_threads = _Geometry.caches_augmented(data, M == k or gfkm, True, geo_budget)
+                jit = CPU_CLASSIC_JIT and dev.type == "cpu" and n >= _jit.MIN_ROWS
+                # the cached pass (classic_pass) takes M = k, and GFKM (M < k) where the compiled kernel does
+                cached_pass = M == k or (jit and method == "dense" and gfkm_kernel_applies(k, d, M, q))
+                # the cache, the passes (their own threads) and the steps between them with one PyTorch thread:
+                # its OpenMP threads would spin against the pass's
+                own_threads = _Geometry.caches_augmented(data, cached_pass, True, geo_budget)
                 with single_threaded() if own_threads else contextlib.nullcontext():
-                    geo = _Geometry(data, C.mean(0), rows, M == k or gfkm, budget=geo_budget, workers=workers)
+                    geo = _Geometry(data, C.mean(0), rows, cached_pass, budget=geo_budget, workers=workers, jit=jit)
                     C, history, n_iter = self._iterate(data, C, M, q, method, rows, geo, callback)
                     final = self._pass(data, C, M, q, method, rows, geo, sums=False, labels=compute_labels)
             if best is None or final.objective < best[0]:
@@ -564,9 +564,8 @@ class FuzzyKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixi
         passes per chunk of :data:`CPU_CLASSIC_ROWS` columns, or for q = 2 one compiled loop per chunk
         (:data:`CPU_CLASSIC_JIT`; GFKM, M < k, only there), the chunks shared among threads
         (:func:`densitas.cluster._cpu.classic_pass`). Same results as the general path to rounding."""
-        jit = CPU_CLASSIC_JIT and geo.augmented.shape[1] >= _jit.MIN_ROWS
         acc, J, out_labels = classic_pass(geo.augmented, C, geo.shift, q, rows=CPU_CLASSIC_ROWS, sums=sums,
-                                          labels=labels, jit=jit, workers=geo.workers, nearest=M)
+                                          labels=labels, jit=geo.jit, workers=geo.workers, nearest=M)
         return _Pass(acc, J, out_labels)
 
     # ------------------------------------------------------------------------------------ prediction
@@ -777,7 +776,7 @@ class _Geometry:
     ((d + 2) × n, 1 + 2/d times X's size), when it fits in half the memory budget."""
 
     def __init__(self, data: ChunkedData, shift: torch.Tensor, rows: int, full: bool, cache_norms: bool = True,
-                 budget: int | None = None, workers: int | None = None):
+                 budget: int | None = None, workers: int | None = None, jit: bool = False):
         self.shift = shift.to(data.device)
         self._norms = None
         # M < k on the CPU: every distance from the (k, rows) GEMM, then a selection (the GEMM + top-k of
@@ -785,6 +784,7 @@ class _Geometry:
         self.dense_select = data.device.type == "cpu" and CPU_DENSE_SELECT
         self.augmented = None
         self.workers = workers or torch.get_num_threads()  # the classic CPU pass's threads
+        self.jit = jit  # the classic CPU pass may take the compiled kernel (CPU_CLASSIC_JIT, _jit.MIN_ROWS rows)
         if self.caches_augmented(data, full, cache_norms, budget):
             # classic fuzzy c-means on the CPU: Xa = [x, 1, ‖x − s‖²]ᵀ, (d + 2) × n (FuzzyKMeans._pass_classic_cpu)
             self.augmented = augmented_rows(data.x, self.shift, rows)

@@ -302,14 +302,10 @@ def candidates_below(Q: torch.Tensor, R: torch.Tensor, kp: int, seed: torch.Tens
 
     Parameters
     ----------
-    Q, R : torch.Tensor
-        float32, 2-D, same device and width.
-    kp : int
-        Candidates per query, a power of two ≤ :data:`MAX_KP`.
+    Q, R, kp, precision
+        As in :func:`candidates`.
     seed : torch.Tensor of shape (len(Q),)
         Per query, the value below which references are kept.
-    precision : {"tf32", "ieee", "fp16"}
-        As in :func:`candidates`.
     cap : int, optional
         Slots per query (default ``8·kp``, at least 1,024).
     splits, block_m, block_n, num_warps, num_stages : int, optional
