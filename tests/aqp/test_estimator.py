@@ -124,6 +124,33 @@ def test_round_off_term_gets_no_weight():
     assert t.value[1, 0] == pytest.approx(N + 0.8 * 40.0, rel=0.01), f"seed {SEED}"  # the term is used
 
 
+@pytest.mark.parametrize("rows_on", [1, MIN_ROWS_PER_TERM - 1])
+def test_term_on_too_few_rows_is_not_fitted(rows_on):
+    """A term non-zero on fewer than MIN_ROWS_PER_TERM of a group's sample rows, whose model total is far from
+    what those rows suggest (a cut bin's term seen on one row of flights' AA/JFK: total −317 against −1.3 from
+    the sample), is left out of that group's fit: the answer is the fit without it. Fitted, it took
+    negative calibration weights down to −58 and put a SUM 800× off. Another group, where the same term is
+    on many rows, fits it."""
+    rng = np.random.default_rng(SEED)
+    n, N = 400, 4_000
+    gid = np.repeat([0, 1], n)
+    pred = rng.uniform(0.5, 1.5, 2 * n)  # the model's prediction
+    z = rng.uniform(size=2 * n)
+    lone = np.where(gid == 1, rng.uniform(-0.5, 0.5, 2 * n), 0.0)
+    lone[rng.choice(n, rows_on, replace=False)] = 0.01
+    y = pred + 0.5 * z + 0.8 * lone + 0.2 * rng.normal(size=2 * n)
+    w = N / n
+    tot = np.array([[w * pred[gid == g].sum(), w * z[gid == g].sum() * 1.02] for g in (0, 1)])
+    lone_tot = np.array([[-300.0], [w * lone[gid == 1].sum() + 5.0]])
+    Nn, nn = np.array([N, N], dtype=float), np.array([n, n], dtype=float)
+    got = regression_totals(y[:, None], [Auxiliaries(np.stack([pred, z, lone], axis=1), np.hstack([tot, lone_tot]))],
+                            gid, Nn, nn)
+    ref = regression_totals(y[:, None], [Auxiliaries(np.stack([pred, z], axis=1), tot)], gid, Nn, nn)
+    assert got.value[0, 0] == pytest.approx(ref.value[0, 0], rel=1e-9), f"seed {SEED}"
+    assert abs(got.value[0, 0] - y[gid == 0].sum() * w) < 0.05 * y[gid == 0].sum() * w, f"seed {SEED}"
+    assert got.value[1, 0] - ref.value[1, 0] == pytest.approx(0.8 * 5.0, rel=0.3), f"seed {SEED}"  # used there
+
+
 @pytest.mark.parametrize("spread", [3e-5, 1e-3])
 def test_nearly_collinear_terms_do_not_extrapolate(spread):
     """Two terms equal among the sampled rows up to 3e-5 (or 1e-2) but apart elsewhere (rows the sample

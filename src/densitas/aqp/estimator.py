@@ -324,27 +324,32 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
     # too few rows for every term: the model's prediction and an intercept only (the first two terms' equations)
     small = (n < MIN_ROWS_PER_TERM * p[:, None]) & (p[:, None] > 2)
     two = _solve(xtx[..., :2, :2].copy(), xty[..., :2].copy(), n, X) if small.any() else None
+    normal = (xtx.copy(), xty.copy())  # _solve modifies its arguments
     fit = _solve(xtx, xty, n, X)
-    beta, ginv = fit.beta, fit.ginv
-    if two is not None:
-        beta[small] = 0.0
-        beta[small, :2] = two.beta[small]
-        ginv[small] = 0.0
-        ginv[small, :2, :2] = two.ginv[small]
     tiny = n < MIN_ROWS_PER_TERM * 2  # too few rows even for that: the difference estimator alone
-    beta[:, tiny] = 0.0
-    ginv[:, tiny] = 0.0
-    beta[..., 1] += 1.0
-    # each row's leverage h = xᵀ(XᵀX)⁺x in its group's fit (an outside row's, x = (1, 0, …, 0), is
-    # (XᵀX)⁺₀₀), its residual e = y − xᵀβ (an outside row's −β₀) and, for the variance, its g-weight
-    c = _g_coefficients(Xt, ginv, fit.xsum, N, n)
-    W = np.stack([beta, c], axis=2)  # (K, G, 2, P)
     lev, forms = _WORK.get("lev", (K, m)), _WORK.get("forms", (K, 2, m))
-    if stack is not None:
-        stack.forms(ginv, W, lev, forms)
-    else:
-        for k in range(K):
-            X[k].forms(ginv[k, :, :p[k], :p[k]], W[k, :, :, :p[k]], lev[k], forms[k])
+    dropped = np.zeros(xty.shape, dtype=bool)
+    while True:
+        beta, ginv = _coefficients(fit, two, small, tiny)
+        # each row's leverage h = xᵀ(XᵀX)⁺x in its group's fit (an outside row's, x = (1, 0, …, 0), is
+        # (XᵀX)⁺₀₀), its residual e = y − xᵀβ (an outside row's −β₀) and, for the variance, its g-weight
+        c = _g_coefficients(Xt, ginv, fit.xsum, N, n)
+        W = np.stack([beta, c], axis=2)  # (K, G, 2, P)
+        if stack is not None:
+            stack.forms(ginv, W, lev, forms)
+        else:
+            for k in range(K):
+                X[k].forms(ginv[k, :, :p[k], :p[k]], W[k, :, :, :p[k]], lev[k], forms[k])
+        # a term non-zero on fewer than MIN_ROWS_PER_TERM of a group's sample rows is not fitted there: a term seen
+        # on one row, whose model total was hundreds of times what that row suggests, took a coefficient that
+        # put the answer 4× off inside a narrow interval (flights). Such a fit calibrates with negative weights
+        # (g < 0), so the rows are counted only where some g is negative, and the fit is redone without them
+        bad = _negative_weights(forms[:, 1], c[..., 0], rg, n) & ~small & ~tiny
+        drop = _unsupported_terms(bad, X, rg, dropped.shape[2]) & ~dropped if bad.any() else None
+        if drop is None or not drop.any():
+            break
+        dropped |= drop
+        fit = _solve(normal[0].copy(), normal[1].copy(), n, X, drop=dropped)
     e = np.subtract(yT, forms[:, 0], out=_WORK.get("e", (K, m)))
     e0 = -beta[..., 0]  # (K, G)
     # for the variance, each residual as if its row had been left out of the fit (e/(1 − h), h its leverage):
@@ -647,17 +652,20 @@ def _normal_equations(X: list[_Design], y: np.ndarray, n: np.ndarray, P: int) ->
     return xtx, xty
 
 
-def _solve(xtx: np.ndarray, xty: np.ndarray, n: np.ndarray, X: list[_Design]) -> _Fit:
+def _solve(xtx: np.ndarray, xty: np.ndarray, n: np.ndarray, X: list[_Design], drop: np.ndarray | None = None
+           ) -> _Fit:
     """Per key and group the minimum-norm least-squares solution of the normal equations ``xtx`` (K, G, q, q),
     ``xty`` (K, G, q) (modified), ``q`` the first terms of each key's design ``X[k]`` (zeros past its own):
     the coefficients (K, G, q), ``(XᵀX)⁺`` in the terms' own units (K, G, q, q) and each term's sum over the
-    group's rows (K, G, q)."""
+    group's rows (K, G, q). Terms ``drop`` (K, G, q) are left out of the fit, as dead terms are."""
     K, G, q = xty.shape
     xsum = xtx[:, :, 0, :].copy()  # the intercept's row: each term's sum over the group's rows
     # a term whose values among a group's rows are round-off next to its size elsewhere (a position term
     # whose rows all sit at the middle of their bin, say) is no term there: rescaled, it would take any weight
     d = np.einsum("kgii->kgi", xtx)  # a view of the diagonals: it follows xtx
     dead = _dead_terms(X, d)
+    if drop is not None:
+        dead |= drop
     if dead.any():
         alive = ~dead
         xtx *= alive[..., :, None]
@@ -676,6 +684,52 @@ def _solve(xtx: np.ndarray, xty: np.ndarray, n: np.ndarray, X: list[_Design]) ->
     beta = np.matmul(inv, (xty / scale)[..., None])[..., 0] / scale
     ginv = inv / scale[..., :, None] / scale[..., None, :]  # (XᵀX)⁺ in the terms' own units
     return _Fit(_finite_or_zero(beta), _finite_or_zero(ginv), xsum)
+
+
+def _coefficients(fit: _Fit, two: _Fit | None, small: np.ndarray, tiny: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The coefficients (K, G, P) and ``(XᵀX)⁺`` (K, G, P, P) of every key's and group's fit: the full fit, the
+    two-term one (the model's prediction and the intercept) where ``small`` (K, G), none (the difference
+    estimator) for the groups ``tiny`` (G,); the prediction's coefficient 1 plus its fitted correction."""
+    beta, ginv = fit.beta.copy(), fit.ginv.copy()
+    if two is not None and small.any():
+        beta[small] = 0.0
+        beta[small, :2] = two.beta[small]
+        ginv[small] = 0.0
+        ginv[small, :2, :2] = two.ginv[small]
+    beta[:, tiny] = 0.0
+    ginv[:, tiny] = 0.0
+    beta[..., 1] += 1.0
+    return beta, ginv
+
+
+def _negative_weights(gx: np.ndarray, c0: np.ndarray, rg: _RowGroups, n: np.ndarray) -> np.ndarray:
+    """(K, G): whether some sample row of the group has a negative g-weight ``1 + x_iᵀ c`` in the key's fit:
+    a given row (``gx`` (K, m) holds ``x_iᵀ c``) or a row not given, ``x = (1, 0, …, 0)`` (``c0`` (K, G))."""
+    K, G = c0.shape
+    bad = np.zeros((K, G), dtype=bool)
+    if len(rg.gid):
+        present = np.array([g for g, _, _ in rg.slices], dtype=np.int64)
+        bad[:, present] = np.minimum.reduceat(gx, rg.first, axis=1) < -1.0
+    bad |= (n > rg.rows) & (c0 < -1.0)
+    return bad
+
+
+def _unsupported_terms(bad: np.ndarray, X: list[_Design], rg: _RowGroups, P: int) -> np.ndarray:
+    """(K, G, P): for the keys and groups ``bad`` (K, G), the terms (never the intercept or the model's
+    prediction) non-zero on fewer than :data:`MIN_ROWS_PER_TERM` of the group's given rows."""
+    out = np.zeros(bad.shape + (P,), dtype=bool)
+    bounds = {g: (a, b) for g, a, b in rg.slices}
+    for k, g in zip(*np.nonzero(bad), strict=True):
+        if g not in bounds:
+            continue
+        a, b = bounds[g]
+        x = X[k]
+        count = np.zeros(x.p, dtype=np.int64)
+        count[:x.d] = np.count_nonzero(x.dense[:, a:b], axis=1)
+        for t, (pos, vals) in enumerate(x.sparse):
+            count[x.d + t] = np.count_nonzero(vals[(pos >= a) & (pos < b)])
+        out[k, g, 2:x.p] = count[2:] < MIN_ROWS_PER_TERM
+    return out
 
 
 def _finite_or_zero(a: np.ndarray) -> np.ndarray:
