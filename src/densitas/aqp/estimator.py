@@ -717,7 +717,7 @@ def _negative_weights(gx: np.ndarray, c0: np.ndarray, rg: _RowGroups, n: np.ndar
 def _unsupported_terms(bad: np.ndarray, X: list[_Design], rg: _RowGroups, P: int) -> np.ndarray:
     """(K, G, P): for the keys and groups ``bad`` (K, G), the terms (never the intercept or the model's
     prediction) non-zero on fewer than :data:`MIN_ROWS_PER_TERM` of the group's given rows."""
-    out = np.zeros(bad.shape + (P,), dtype=bool)
+    out = np.zeros((*bad.shape, P), dtype=bool)
     bounds = {g: (a, b) for g, a, b in rg.slices}
     for k, g in zip(*np.nonzero(bad), strict=True):
         if g not in bounds:

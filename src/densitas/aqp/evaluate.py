@@ -444,7 +444,8 @@ def evaluate_table(engine: Engine, table: str, columns: Sequence[str], group_by:
 
 
 def evaluate(names: Sequence[str], *, queries: int = 300, seed: int | None = None, db: str | None = None,
-             budget: float | None = None, sample_size: int | None = None, scale: float = 1.0, rows: int = 1_000_000, reload: bool = False,
+             budget: float | None = None, sample_size: int | None = None, scale: float = 1.0,
+             rows: int = 1_000_000, reload: bool = False,
              progress: Callable[[str], None] | None = None,
              on_result: Callable[[TableResult], None] | None = None,
              on_error: Callable[[str, Exception], None] | None = None) -> tuple[int, list[TableResult]]:
