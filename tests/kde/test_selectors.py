@@ -176,7 +176,15 @@ def test_dd_affine_equivariance(rng, method):
     H = bandwidth(x, method, device="cpu")
     HA = bandwidth(x @ A.T + np.array([4.0, -1.0]), method, device="cpu")
     rtol = 1e-3 if method == "lscv_H" else 1e-6
-    assert np.allclose(HA, A @ H @ A.T, rtol=rtol, atol=rtol * np.abs(HA).max())
+    if np.allclose(HA, A @ H @ A.T, rtol=rtol, atol=rtol * np.abs(HA).max()):
+        return
+    # LSCV(H) on 150 rows can have two minima of nearly equal depth, and BFGS in Cholesky coordinates (not
+    # rotation-invariant after whitening) may stop in either (seed 2758708806: 0.08% apart, H 40% apart).
+    # Then both must be minima of the same quality: a broken whitening or a wrong gradient leaves one far worse
+    assert method == "lscv_H"
+    Ai = np.linalg.inv(A)
+    here, there = lscv_objective(x, H, device="cpu"), lscv_objective(x, Ai @ HA @ Ai.T, device="cpu")
+    assert abs(here - there) <= 5e-3 * abs(here)
 
 
 @pytest.mark.parametrize("method", ONE_D)
