@@ -399,6 +399,7 @@ class _RowGroups:
         bounds = np.searchsorted(gid, np.arange(G + 1))  # group g's rows: bounds[g]:bounds[g + 1]
         self.rows = np.diff(bounds)
         present = np.flatnonzero(self.rows)
+        self.present = present  # the groups with rows, in order
         self.first = bounds[present]  # where each non-empty group's rows start
         self.few = len(present) <= FEW_GROUPS
         self.slices = list(zip(present.tolist(), self.first.tolist(), bounds[present + 1].tolist(), strict=True))
@@ -689,8 +690,9 @@ def _solve(xtx: np.ndarray, xty: np.ndarray, n: np.ndarray, X: list[_Design], dr
 def _coefficients(fit: _Fit, two: _Fit | None, small: np.ndarray, tiny: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The coefficients (K, G, P) and ``(XᵀX)⁺`` (K, G, P, P) of every key's and group's fit: the full fit, the
     two-term one (the model's prediction and the intercept) where ``small`` (K, G), none (the difference
-    estimator) for the groups ``tiny`` (G,); the prediction's coefficient 1 plus its fitted correction."""
-    beta, ginv = fit.beta.copy(), fit.ginv.copy()
+    estimator) for the groups ``tiny`` (G,); the prediction's coefficient 1 plus its fitted correction. Written
+    into ``fit``'s arrays (each fit is used once)."""
+    beta, ginv = fit.beta, fit.ginv
     if two is not None and small.any():
         beta[small] = 0.0
         beta[small, :2] = two.beta[small]
@@ -708,8 +710,7 @@ def _negative_weights(gx: np.ndarray, c0: np.ndarray, rg: _RowGroups, n: np.ndar
     K, G = c0.shape
     bad = np.zeros((K, G), dtype=bool)
     if len(rg.gid):
-        present = np.array([g for g, _, _ in rg.slices], dtype=np.int64)
-        bad[:, present] = np.minimum.reduceat(gx, rg.first, axis=1) < -1.0
+        bad[:, rg.present] = np.minimum.reduceat(gx, rg.first, axis=1) < -1.0
     bad |= (n > rg.rows) & (c0 < -1.0)
     return bad
 
