@@ -324,7 +324,6 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
     # too few rows for every term: the model's prediction and an intercept only (the first two terms' equations)
     small = (n < MIN_ROWS_PER_TERM * p[:, None]) & (p[:, None] > 2)
     two = _solve(xtx[..., :2, :2].copy(), xty[..., :2].copy(), n, X) if small.any() else None
-    normal = (xtx.copy(), xty.copy())  # _solve modifies its arguments
     fit = _solve(xtx, xty, n, X)
     tiny = n < MIN_ROWS_PER_TERM * 2  # too few rows even for that: the difference estimator alone
     lev, forms = _WORK.get("lev", (K, m)), _WORK.get("forms", (K, 2, m))
@@ -348,8 +347,9 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
         drop = _unsupported_terms(bad, X, rg, dropped.shape[2]) & ~dropped if bad.any() else None
         if drop is None or not drop.any():
             break
-        dropped |= drop
-        fit = _solve(normal[0].copy(), normal[1].copy(), n, X, drop=dropped)
+        dropped |= drop  # the normal equations again (_solve modified them): rare, so not kept
+        xtx, xty = stack.normal_equations(n) if stack is not None else _normal_equations(X, yk, n, P)
+        fit = _solve(xtx, xty, n, X, drop=dropped)
     e = np.subtract(yT, forms[:, 0], out=_WORK.get("e", (K, m)))
     e0 = -beta[..., 0]  # (K, G)
     # for the variance, each residual as if its row had been left out of the fit (e/(1 − h), h its leverage):
