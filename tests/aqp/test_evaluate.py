@@ -169,9 +169,14 @@ def test_sample_size_reaches_the_build_above_the_cap(tmp_path):
 def test_cli_bench_aqp_real_table(tmp_path):
     out = tmp_path / "answers.csv"
     r = CliRunner().invoke(app, ["bench", "aqp", "--tables", "fertility", "--queries", "6", "--seed", "4",
-                                 "--db", str(tmp_path / "ev.duckdb"), "--out", str(out)])
+                                 "--db", str(tmp_path / "ev.duckdb"), "--out", str(out), "--sample-size", "15000"])
     assert r.exit_code == 0, r.output
     assert "seed 4" in r.output and "fertility" in r.output and "worst answers" in r.output
+    assert "15,000 sample rows" in r.output
+    eng = Engine(str(tmp_path / "ev.duckdb"))
+    # the quotas are floored per group (48 groups), and small groups keep their floor of 200 rows
+    assert 15_000 - 48 <= len(eng._load("fertility").s_gid) <= 15_000 + 48 * 200
+    eng.close()
     assert "COUNT" in r.output and "goals" in r.output
     assert len(pd.read_csv(out)) >= 6
     r = CliRunner().invoke(app, ["bench", "aqp", "--tables", "nope"])

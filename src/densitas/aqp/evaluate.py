@@ -370,8 +370,9 @@ def evaluate_table(engine: Engine, table: str, columns: Sequence[str], group_by:
 
     ``build``: build the synopsis first (``budget`` a fraction of the table's storage, None: the engine's
     default; ``sample_size`` sample rows instead of what the budget leaves, the sample cap raised to it: what a
-    larger sample buys), else use the stored one. ``answer``: answers a query's SQL with a DataFrame holding ``v``,
-    ``v_ci_low``, ``v_ci_high`` (and the group column); default :meth:`Engine.query`.
+    larger sample buys; each group still keeps its floor of ``min(rows, 200)``), else use the stored one.
+    ``answer``: answers a query's SQL with a DataFrame holding ``v``, ``v_ci_low``, ``v_ci_high`` (and the group
+    column); default :meth:`Engine.query`.
     """
     say = progress or (lambda _msg: None)
     con = engine.con

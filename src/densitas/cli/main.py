@@ -100,7 +100,8 @@ def bench_aqp(
     db: str = typer.Option(None, "--db", help="DuckDB file to load the tables into (default: a temporary one)."),
     budget: float = typer.Option(None, "--budget", help="Synopsis budget, a fraction of the table (default 0.01)."),
     sample_size: int = typer.Option(None, "--sample-size", min=10,
-                                    help="Sample rows of each synopsis instead of what the budget leaves."),
+                                    help="Sample rows of each synopsis instead of what the budget leaves "
+                                         "(groups keep 200 rows at least)."),
     scale: float = typer.Option(1.0, "--scale", help="TPC-H scale of lineitem."),
     rows: int = typer.Option(1_000_000, "--rows", help="Rows of the synthetic table."),
     out: str = typer.Option(None, "--out", help="Write every answer to this .csv (or .json with the summaries)."),
