@@ -67,7 +67,7 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=None, help="queries per table (default 500; --eval: 300)")
     ap.add_argument("--budget", type=float, default=None, help="synopsis budget, a fraction of the table")
     ap.add_argument("--sample-size", type=int, default=None,
-                    help="--eval: sample rows of each synopsis instead of what the budget leaves (cap raised)")
+                    help="--eval: sample rows of each synopsis instead of what the budget and the cap leave")
     ap.add_argument("--seed", type=int, default=None, help="seed (default 0; --eval: a fresh one, printed)")
     ap.add_argument("--db", default=None, help="DuckDB file to use (default: a temporary one)")
     args = ap.parse_args()
@@ -75,6 +75,8 @@ def main() -> None:
         bench_eval(args.tables, args.queries or 300, args.seed, args.db, args.budget, scale=args.scale,
                    rows=args.rows or 1_000_000, out=args.out, sample_size=args.sample_size)
     else:
+        if args.sample_size is not None:
+            ap.error("--sample-size applies to --eval only")
         seeded(args)
 
 

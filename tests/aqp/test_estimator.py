@@ -124,13 +124,21 @@ def test_round_off_term_gets_no_weight():
     assert t.value[1, 0] == pytest.approx(N + 0.8 * 40.0, rel=0.01), f"seed {SEED}"  # the term is used
 
 
+@pytest.mark.parametrize("path", ["stacked", "sparse", "many groups"])
 @pytest.mark.parametrize("rows_on", [1, MIN_ROWS_PER_TERM - 1])
-def test_term_on_too_few_rows_is_not_fitted(rows_on):
+def test_term_on_too_few_rows_is_not_fitted(rows_on, path, monkeypatch):
     """A term non-zero on fewer than MIN_ROWS_PER_TERM of a group's sample rows, whose model total is far from
     what those rows suggest (a cut bin's term seen on one row of flights' AA/JFK: total −317 against −1.3 from
     the sample), is left out of that group's fit: the answer is the fit without it. Fitted, it took
     negative calibration weights down to −58 and put a SUM 800× off. Another group, where the same term is
-    on many rows, fits it."""
+    on many rows, fits it. On every path of the fit: all terms dense and stacked, the term kept sparse (its
+    rows counted from its positions), and the per-row gathers of many groups."""
+    import densitas.aqp.estimator as est
+
+    if path == "sparse":
+        monkeypatch.setattr(est, "SPARSE_FROM_ROWS", 0)
+    if path == "many groups":
+        monkeypatch.setattr(est, "FEW_GROUPS", 0)
     rng = np.random.default_rng(SEED)
     n, N = 400, 4_000
     gid = np.repeat([0, 1], n)
@@ -141,14 +149,18 @@ def test_term_on_too_few_rows_is_not_fitted(rows_on):
     y = pred + 0.5 * z + 0.8 * lone + 0.2 * rng.normal(size=2 * n)
     w = N / n
     tot = np.array([[w * pred[gid == g].sum(), w * z[gid == g].sum() * 1.02] for g in (0, 1)])
-    lone_tot = np.array([[-300.0], [w * lone[gid == 1].sum() + 5.0]])
+    lone_tot = np.array([[-300.0], [w * lone[gid == 1].sum() + 50.0]])  # group 1: the term moves the answer 40
     Nn, nn = np.array([N, N], dtype=float), np.array([n, n], dtype=float)
-    got = regression_totals(y[:, None], [Auxiliaries(np.stack([pred, z, lone], axis=1), np.hstack([tot, lone_tot]))],
-                            gid, Nn, nn)
+    if path == "sparse":
+        pos = np.flatnonzero(lone)
+        aux = Auxiliaries.from_terms(np.stack([pred, z]), np.hstack([tot, lone_tot]), [(pos, lone[pos])])
+    else:
+        aux = Auxiliaries(np.stack([pred, z, lone], axis=1), np.hstack([tot, lone_tot]))
+    got = regression_totals(y[:, None], [aux], gid, Nn, nn)
     ref = regression_totals(y[:, None], [Auxiliaries(np.stack([pred, z], axis=1), tot)], gid, Nn, nn)
     assert got.value[0, 0] == pytest.approx(ref.value[0, 0], rel=1e-9), f"seed {SEED}"
     assert abs(got.value[0, 0] - y[gid == 0].sum() * w) < 0.05 * y[gid == 0].sum() * w, f"seed {SEED}"
-    assert got.value[1, 0] - ref.value[1, 0] == pytest.approx(0.8 * 5.0, rel=0.3), f"seed {SEED}"  # used there
+    assert got.value[1, 0] - ref.value[1, 0] == pytest.approx(0.8 * 50.0, rel=0.3), f"seed {SEED}"  # used there
 
 
 @pytest.mark.parametrize("spread", [3e-5, 1e-3])

@@ -16,6 +16,7 @@ from densitas.aqp import Engine
 from densitas.aqp.build import BuildOptions
 from densitas.aqp.evaluate import MIN_SHARE, PEER_RATE, Z95, evaluate_table, make_workload, metrics, write_answers
 from densitas.cli.main import app
+from densitas.exceptions import InputError
 
 ROWS = 20_000
 
@@ -152,7 +153,7 @@ def test_engine_run_matches_its_answer_rows(tmp_path):
 
 
 def test_sample_size_reaches_the_build_above_the_cap(tmp_path):
-    # the evaluation's "what a larger sample buys": sample_size rows, the default cap raised to them
+    # the evaluation's "what a larger sample buys": sample_size rows, past the default cap
     eng = Engine(str(tmp_path / "s.duckdb"))
     n = BuildOptions().max_sample_rows + 5_000
     eng.con.execute(f"CREATE TABLE t AS SELECT (hash(i) % 1000)::DOUBLE AS x, (hash(i, 3) % 997)::DOUBLE AS y, "
@@ -162,6 +163,8 @@ def test_sample_size_reaches_the_build_above_the_cap(tmp_path):
     assert n - 1_000 - 3 <= got <= n - 1_000 and got > BuildOptions().max_sample_rows
     evaluate_table(eng, "t", ["x", "y"], ["g"], queries=3, seed=2)  # without: the budget's sample, capped
     assert len(eng._load("t").s_gid) <= BuildOptions().max_sample_rows
+    with pytest.raises(InputError):  # no build: the stored synopsis is used, so no sample size applies
+        evaluate_table(eng, "t", ["x", "y"], ["g"], queries=3, seed=2, build=False, sample_size=500)
     eng.close()
 
 
@@ -169,15 +172,19 @@ def test_sample_size_reaches_the_build_above_the_cap(tmp_path):
 def test_cli_bench_aqp_real_table(tmp_path):
     out = tmp_path / "answers.csv"
     r = CliRunner().invoke(app, ["bench", "aqp", "--tables", "fertility", "--queries", "6", "--seed", "4",
-                                 "--db", str(tmp_path / "ev.duckdb"), "--out", str(out), "--sample-size", "15000"])
+                                 "--db", str(tmp_path / "ev.duckdb"), "--out", str(out), "--sample-size", "40000"])
     assert r.exit_code == 0, r.output
     assert "seed 4" in r.output and "fertility" in r.output and "worst answers" in r.output
-    assert "15,000 sample rows" in r.output
+    assert "40,000 sample rows" in r.output
     eng = Engine(str(tmp_path / "ev.duckdb"))
-    # the quotas are floored per group (48 groups), and small groups keep their floor of 200 rows
-    assert 15_000 - 48 <= len(eng._load("fertility").s_gid) <= 15_000 + 48 * 200
+    # the quotas are floored per group (48 groups), and small groups keep their floor of 200 rows; the default
+    # (the budget's sample, capped at 20,480 rows) is outside this range
+    assert 40_000 - 48 <= len(eng._load("fertility").s_gid) <= 40_000 + 48 * 200
     eng.close()
     assert "COUNT" in r.output and "goals" in r.output
     assert len(pd.read_csv(out)) >= 6
     r = CliRunner().invoke(app, ["bench", "aqp", "--tables", "nope"])
     assert r.exit_code == 2 and "unknown table" in r.output
+    r = CliRunner().invoke(app, ["bench", "aqp", "--db", str(tmp_path / "ev.duckdb"), "--table", "fertility",
+                                 "--sample-size", "500"])
+    assert r.exit_code == 2 and "--sample-size" in r.output

@@ -45,7 +45,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from densitas.aqp.build import BuildOptions
 from densitas.aqp.connector import Connector, quote, table_ref
 from densitas.aqp.engine import Engine
 from densitas.exceptions import DensitasError, InputError
@@ -369,12 +368,17 @@ def evaluate_table(engine: Engine, table: str, columns: Sequence[str], group_by:
     """Evaluate ``table`` of ``engine``'s database (module docstring).
 
     ``build``: build the synopsis first (``budget`` a fraction of the table's storage, None: the engine's
-    default; ``sample_size`` sample rows instead of what the budget leaves, the sample cap raised to it: what a
-    larger sample buys; each group still keeps its floor of ``min(rows, 200)``), else use the stored one.
+    default; ``sample_size`` sample rows instead of what the budget and the sample cap leave: what a larger
+    sample buys; each group still keeps its floor of ``min(rows, 200)``), else use the stored one (then
+    ``budget`` and ``sample_size`` must be None).
     ``answer``: answers a query's SQL with a DataFrame holding ``v``, ``v_ci_low``, ``v_ci_high`` (and the group
     column); default :meth:`Engine.query`.
     """
     say = progress or (lambda _msg: None)
+    for name, value in (("budget", budget), ("sample_size", sample_size)):
+        if not build and value is not None:
+            raise InputError(f"The '{name}' parameter of evaluate_table must be None with build=False (the stored "
+                             f"synopsis is used). Got {value!r} instead.")
     con = engine.con
     cols, groups = list(columns), list(group_by)
     rng = np.random.default_rng([int(seed), zlib.crc32(table.encode())])
@@ -386,8 +390,7 @@ def evaluate_table(engine: Engine, table: str, columns: Sequence[str], group_by:
         if budget is not None:
             options["budget_fraction"] = budget
         if sample_size is not None:
-            options["sample_size"] = int(sample_size)
-            options["max_sample_rows"] = max(int(sample_size), BuildOptions().max_sample_rows)
+            options["sample_size"] = int(sample_size)  # the build takes it over the cap (max_sample_rows)
         meta = engine.build(table, columns=cols, group_by=groups or None, **options)
     ref = table_ref(table)
     types = _types(con, table)
