@@ -5,9 +5,9 @@ Issue 10's scale item (TPC-H SF10, 60 M rows, on a 2-core machine). Generates li
 configuration) with DuckDB's ``memory_limit`` set (bounded memory: DuckDB spills), prints each build step's
 time, then answers the seeded workload of :mod:`densitas.aqp.workload` (best of 3 per query) and the same
 queries exactly, and prints median latency and speedup per number of predicate columns. Each query's
-approximate answer is timed right before its exact one, and again in a second pass of the approximate queries
-alone (:func:`densitas.aqp.workload.session_times`): an exact scan leaves the caches cold for the next few. Run it under
-``/usr/bin/time -v`` for the peak memory.
+approximate answer is timed right before its exact one, and again in passes of the approximate queries alone
+(:func:`densitas.aqp.workload.session_times`): an exact scan leaves the caches cold for the next few. Run it
+under ``/usr/bin/time -v`` for the peak memory.
 
 Usage::
 
