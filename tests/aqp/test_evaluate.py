@@ -163,6 +163,8 @@ def test_sample_size_reaches_the_build_above_the_cap(tmp_path):
     assert n - 1_000 - 3 <= got <= n - 1_000 and got > BuildOptions().max_sample_rows
     evaluate_table(eng, "t", ["x", "y"], ["g"], queries=3, seed=2)  # without: the budget's sample, capped
     assert len(eng._load("t").s_gid) <= BuildOptions().max_sample_rows
+    with pytest.raises(InputError):  # a size that is no whole number is an error, not truncated
+        evaluate_table(eng, "t", ["x", "y"], ["g"], queries=3, seed=2, sample_size=500.5)
     with pytest.raises(InputError):  # no build: the stored synopsis is used, so no sample size applies
         evaluate_table(eng, "t", ["x", "y"], ["g"], queries=3, seed=2, build=False, sample_size=500)
     eng.close()

@@ -151,8 +151,10 @@ class BuildOptions:
                 or self.max_sample_rows < 10:
             raise InputError("The 'max_sample_rows' parameter of BuildOptions must be an integer >= 10. "
                              f"Got {self.max_sample_rows!r} instead.")
-        if self.sample_size is not None and (not isinstance(self.sample_size, int) or self.sample_size < 10):
-            raise InputError(f"sample_size must be an integer >= 10, got {self.sample_size!r}.")
+        if self.sample_size is not None and (isinstance(self.sample_size, bool) or not isinstance(self.sample_size, int)
+                                             or self.sample_size < 10):
+            raise InputError("The 'sample_size' parameter of BuildOptions must be an integer >= 10 or None. "
+                             f"Got {self.sample_size!r} instead.")
         if self.append_key is not None and (not isinstance(self.append_key, str) or not self.append_key):
             raise InputError("The 'append_key' parameter of BuildOptions must be a column name or None. "
                              f"Got {self.append_key!r} instead.")

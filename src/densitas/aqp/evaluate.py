@@ -390,7 +390,7 @@ def evaluate_table(engine: Engine, table: str, columns: Sequence[str], group_by:
         if budget is not None:
             options["budget_fraction"] = budget
         if sample_size is not None:
-            options["sample_size"] = int(sample_size)  # the build takes it over the cap (max_sample_rows)
+            options["sample_size"] = sample_size  # the build checks it, and takes it over the cap (max_sample_rows)
         meta = engine.build(table, columns=cols, group_by=groups or None, **options)
     ref = table_ref(table)
     types = _types(con, table)
