@@ -139,6 +139,7 @@ def test_term_on_too_few_rows_is_not_fitted(rows_on, path, monkeypatch):
         monkeypatch.setattr(est, "SPARSE_FROM_ROWS", 0)
     if path == "many groups":
         monkeypatch.setattr(est, "FEW_GROUPS", 0)
+        monkeypatch.setattr(est, "PRODUCT_GROUPS", 0)
     rng = np.random.default_rng(SEED)
     n, N = 400, 4_000
     gid = np.repeat([0, 1], n)
@@ -183,7 +184,8 @@ def test_nearly_collinear_terms_do_not_extrapolate(spread):
 
 
 def test_many_and_few_group_paths_agree(monkeypatch):
-    """The per-group matrix products (few groups) and the segmented reduction (many) give the same fit."""
+    """The per-group matrix products and slice sums (few groups) and the segmented reductions, gathers and
+    bincounts (very many) give the same fit."""
     import densitas.aqp.estimator as est
 
     rng = np.random.default_rng(SEED)
@@ -195,8 +197,10 @@ def test_many_and_few_group_paths_agree(monkeypatch):
     N, nn = np.full(G, 1000.0), np.bincount(gid, minlength=G).astype(float)
     args = (y[:, None], [Auxiliaries(z, totals)], gid, N, nn)
     monkeypatch.setattr(est, "FEW_GROUPS", 0)
+    monkeypatch.setattr(est, "PRODUCT_GROUPS", 0)
     many = regression_totals(*args)
     monkeypatch.setattr(est, "FEW_GROUPS", 10_000)
+    monkeypatch.setattr(est, "PRODUCT_GROUPS", 10_000)
     few = regression_totals(*args)
     np.testing.assert_allclose(few.value, many.value, rtol=1e-10, err_msg=f"seed {SEED}")
     np.testing.assert_allclose(few.residuals, many.residuals, rtol=1e-8, atol=1e-12, err_msg=f"seed {SEED}")

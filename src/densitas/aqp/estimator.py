@@ -54,8 +54,13 @@ G_WEIGHTS = True
 # huge opposite weights there (births SUM(year) 21% off inside ±1.3%). One row: a unit, not a fitted number;
 # checked on the tuning tables (synthetic 2.03% -> 1.86% mean, fertility and lineitem unchanged)
 MIN_INFORMATION = 1.0
-# up to this many groups with rows in the fit, the cross products are one matrix product per group
+# up to this many groups with rows in the fit, per-group sums are one slice sum per group (else bincounts)
 FEW_GROUPS = 32
+# up to this many, the cross products and per-row forms are one matrix product per group; beyond, a gather of
+# each row's group matrix (O(m·p²) memory traffic). The products won at every size measured: a three-column
+# flights query (35 groups) 17.7 -> 5.9 ms median, births (357) 49.9 -> 27.7 ms, 1,000 groups of 200 sample
+# rows 192 -> 86 ms (benchmarks/RESULTS.md, "Queries over many groups")
+PRODUCT_GROUPS = 1024
 # sparse terms (non-zero on a few rows) are kept apart from this many rows given on; below, as dense rows
 SPARSE_FROM_ROWS = 8192
 # relative eigenvalue below which a direction of a group's fit is dropped: √(float64 ε), numerical, not fitted
@@ -392,7 +397,8 @@ def _scatter(r_sum: np.ndarray, r_cross: np.ndarray, r0: np.ndarray, outside: np
 
 class _RowGroups:
     """The given sample rows, sorted by group, and the per-group sums and per-row forms the fit needs: one
-    matrix product per group when the groups are few (:data:`FEW_GROUPS`), else row-wise gathers."""
+    matrix product per group unless the groups are very many (:data:`PRODUCT_GROUPS`), else row-wise gathers;
+    sums per group's slice when they are few (:data:`FEW_GROUPS`), else bincounts."""
 
     def __init__(self, gid: np.ndarray, G: int) -> None:
         self.gid, self.G = gid, G
@@ -402,6 +408,7 @@ class _RowGroups:
         self.present = present  # the groups with rows, in order
         self.first = bounds[present]  # where each non-empty group's rows start
         self.few = len(present) <= FEW_GROUPS
+        self.products = len(present) <= PRODUCT_GROUPS
         self.slices = list(zip(present.tolist(), self.first.tolist(), bounds[present + 1].tolist(), strict=True))
 
     def gram(self, LT: np.ndarray, XT: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -409,7 +416,7 @@ class _RowGroups:
         ``XT`` (p, m)."""
         q, p = LT.shape[0], XT.shape[0]
         xtx, xty = np.zeros((self.G, q, p)), np.zeros((self.G, q))
-        if self.few:
+        if self.products:
             for g, a, b in self.slices:
                 xtx[g] = LT[:, a:b] @ XT[:, a:b].T
                 xty[g] = LT[:, a:b] @ y[a:b]
@@ -454,7 +461,7 @@ class _RowGroups:
     def linear(self, XT: np.ndarray, W: np.ndarray) -> np.ndarray:
         """(r, m): ``W[g_i] @ x_i`` for each row ``i`` of group ``g_i``; ``W`` is (G, r, p)."""
         out = np.empty((W.shape[1], len(self.gid)))
-        if self.few:
+        if self.products:
             for g, a, b in self.slices:
                 out[:, a:b] = W[g] @ XT[:, a:b]
         else:
@@ -464,7 +471,7 @@ class _RowGroups:
     def forms(self, XT: np.ndarray, Q: np.ndarray, W: np.ndarray, quad: np.ndarray, lin: np.ndarray) -> None:
         """:meth:`quadratic` and :meth:`linear` from one product per group, written into ``quad`` (m,) and
         ``lin`` (r, m): ``x_iᵀ Q[g_i] x_i`` and ``W[g_i] @ x_i``."""
-        if not self.few:
+        if not self.products:
             quad[:], lin[:] = self.quadratic(XT, Q), self.linear(XT, W)
             return
         p = Q.shape[1]
@@ -478,7 +485,7 @@ class _RowGroups:
     def quadratic(self, XT: np.ndarray, Q: np.ndarray) -> np.ndarray:
         """(m,): ``x_iᵀ Q[g_i] x_i`` for each row ``i`` of group ``g_i``; ``Q`` is (G, p, p)."""
         out = np.empty(len(self.gid))
-        if self.few:
+        if self.products:
             for g, a, b in self.slices:
                 out[a:b] = ((Q[g] @ XT[:, a:b]) * XT[:, a:b]).sum(axis=0)
         else:
@@ -567,7 +574,7 @@ class _Stack:
         """The stacked layout of the keys' terms ``aux`` on the rows of ``rg``, or None where the per-key layout
         applies (many groups, or sparse terms kept apart on many rows)."""
         m = len(rg.gid)
-        if not rg.few or not m or (m > SPARSE_FROM_ROWS and any(a.sparse for a in aux)):
+        if not rg.products or not m or (m > SPARSE_FROM_ROWS and any(a.sparse for a in aux)):
             return None
         dense = [a.design for a in aux]
         d = [len(a.terms) + 1 if x is None else len(x) for a, x in zip(aux, dense, strict=True)]

@@ -268,6 +268,16 @@ class Synopsis:
                 raise UnsupportedQueryError(self._missing(c.column, "WHERE"))
         return box, gmask
 
+    def _avg_bounds(self, j: int, box: dict[int, list[tuple[float, bool, float, bool]]]) -> tuple[float, float]:
+        """Where an AVG of column ``j`` surely lies: within the column's range in the table and, where the query
+        bounds the column, within the union of its intervals (an average of values in a box is in the box)."""
+        info = self.infos[j]
+        lo, hi = info.lo, info.hi
+        if j in box:
+            lo = max(lo, min(iv[0] for iv in box[j]))
+            hi = min(hi, max(iv[2] for iv in box[j]))
+        return lo, hi
+
     def _count_key(self, column: str | None) -> tuple[str, int | None]:
         """Which stored total counts the rows an aggregate of ``column`` sees (non-NULL rows)."""
         if column is None:
@@ -427,7 +437,8 @@ class Synopsis:
                 # delta method: the residual of SUM − AVG·COUNT, with the output group's AVG
                 v = np.bincount(codes, var_fn(gids, [ks, kn], [1.0, -np.nan_to_num(avg)[codes]]),
                                 minlength=m) / cnt ** 2
-            results.append({"alias": a.alias, "func": "avg", "value": avg, "var": v, "count": cnt, "thin": thin})
+            results.append({"alias": a.alias, "func": "avg", "value": avg, "var": v, "count": cnt, "thin": thin,
+                            "bounds": self._avg_bounds(j, box)})
         if q.group_by:  # SQL has no row for a group without matching rows: drop groups surely empty
             rows = np.bincount(codes, est[gids, 0], minlength=m)
             rvar = np.bincount(codes, var_fn(gids, [0], [1.0]), minlength=m)
