@@ -165,6 +165,27 @@ def test_what_a_merge_cannot_hold_is_rebuilt(any_engine):
     any_engine.validate("t")
 
 
+
+def test_verify_rebuilds_after_an_update_with_nothing_appended(any_engine):
+    """An in-place update keeps the row count and appends nothing: verify=True still checks the table's fingerprint
+    and rebuilds (it used to report "current" and leave a stale synopsis); without verify the refresh is "current"
+    and the next check reports the synopsis stale."""
+    load(any_engine, "t", TABLE.format(lo=0, hi=3000))
+    any_engine.build("t", group_by=["g"], columns=["q", "x", "y"], sample_size=3000, bandwidth="silverman",
+                     **_key(any_engine))
+    any_engine.con.execute("UPDATE t SET x = x + 1 WHERE g = 'a'")
+    assert any_engine.refresh("t")["refresh"] == "current"
+    with pytest.raises(StaleSynopsisError):
+        any_engine.validate("t")
+    meta = any_engine.refresh("t", verify=True)
+    assert (meta["refresh"], meta["appended"], meta["rows"]) == ("rebuilt", 0, 3000)
+    assert "updated" in meta["refresh_reason"]
+    any_engine.validate("t")
+    # the rebuilt synopsis holds the updated values (its sample is the whole table: the answer is the database's)
+    sql = "SELECT SUM(x) AS v FROM t WHERE g = 'a'"
+    assert _one(any_engine.query(sql)) == pytest.approx(_one(any_engine.exact(sql)), rel=1e-9)
+    assert any_engine.refresh("t", verify=True)["refresh"] == "current"
+
 def test_without_an_append_key_postgres_rebuilds(pg_url):
     from densitas.aqp import Engine
 

@@ -20,9 +20,10 @@ larger ones; PostgreSQL's ``ctid`` gives no such order, so there a synopsis with
 refresh counts the table: when its rows are not the synopsis' rows plus the new ones (rows deleted, or appended
 with a key at most the old maximum) it rebuilds instead. Rows *updated* in place keep the count and are caught by
 the data fingerprint, which is merged too (its row hashes are XORed): the merged fingerprint no longer matches the
-table, so the next load reports the synopsis stale (``verify=True`` checks it during the refresh instead, at the cost
-of one hash scan of the table). New GROUP BY combinations, new values of a discrete column, or NULLs in a column
-that had none also need bins or groups the synopsis lacks: those refresh by rebuilding.
+table, so the next load reports the synopsis stale (``verify=True`` checks it during the refresh instead, also when
+no rows were appended, at the cost of one hash scan of the table). New GROUP BY combinations, new values of a
+discrete column, or NULLs in a column that had none also need bins or groups the synopsis lacks: those refresh by
+rebuilding.
 """
 
 from __future__ import annotations
@@ -144,6 +145,12 @@ def _misfit(con: Connector, binned: b.Binned, infos: list, delta_rows: int) -> s
     return None
 
 
+def _table_fingerprint(con: Connector, table: str, columns: list[str]) -> str:
+    """The whole table's fingerprint (``rows:hash``, one hash scan), as the synopsis' catalog row stores it."""
+    n, h = con.fetch_rows(con.fingerprint_query(table, columns))[0]
+    return f"{int(n)}:{h}"
+
+
 def _rebuild(con: Connector, table: str, meta: dict, appended: int, reason: str) -> RefreshResult:
     opts = json.loads(meta.get("options") or "{}")
     stored = opts.get("build") or {"seed": opts.get("seed", 0), "max_bins": opts.get("max_bins", 4096)}
@@ -193,15 +200,17 @@ def refresh(con: Connector, table: str, *, verify: bool = False) -> RefreshResul
     if delta.reason is not None:
         return _rebuild(con, table, meta, delta.rows, delta.reason)
     if delta.rows == 0:
+        # nothing appended, but rows may have been updated in place (the count stays): verify checks the content
+        if verify and _table_fingerprint(con, table, [i.name for i in st.infos] + json.loads(meta["group_by"])) \
+                != meta["fingerprint"]:
+            return _rebuild(con, table, meta, 0, "rows of the synopsis were updated or deleted")
         return RefreshResult("current", 0, None, meta)
     cols = b.resolve_columns(con, table, [i.name for i in st.infos], json.loads(meta["group_by"]))
     cols.infos = infos = st.infos  # the synopsis' bins, not fresh statistics
     part = con.fetch_rows(con.fingerprint_query(table, cols.names + cols.group_by).where(delta.where))[0]
     fingerprint = _merge_fingerprint(meta["fingerprint"], part)
-    if verify:
-        n, h = con.fetch_rows(con.fingerprint_query(table, cols.names + cols.group_by))[0]
-        if f"{int(n)}:{h}" != fingerprint:
-            return _rebuild(con, table, meta, delta.rows, "rows of the synopsis were updated or deleted")
+    if verify and _table_fingerprint(con, table, cols.names + cols.group_by) != fingerprint:
+        return _rebuild(con, table, meta, delta.rows, "rows of the synopsis were updated or deleted")
     # the appended values' range: a continuous column's first edge moves down to a smaller new value
     line = [con.to_line(i.column, i.kind) for i in infos]
     ext = con.fetch_rows(sqlglot.select(*(f(this=e.copy()) for e in line for f in (exp.Min, exp.Max)))
