@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import duckdb
 import pytest
 import sqlglot
@@ -54,6 +56,63 @@ def test_switches_must_be_booleans(name):
         build_mod.BuildOptions(**{name: "no"}).check()
     assert name in str(err.value) and "'no'" in str(err.value)
 
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("seed", -5), ("seed", 99999999999999999999), ("seed", build_mod.SEED_MAX + 1), ("seed", "x"), ("seed", 1.5),
+    ("seed", True), ("bandwidth", "nope"), ("bandwidth", None), ("min_budget_bytes", -1),
+    ("min_budget_bytes", 0), ("budget_bytes", True), ("budget_fraction", "x"), ("min_dependence", None),
+    ("max_pair_res", 2.5), ("shares", None), ("shares", (0.5, "x", 0.25, 0.25))])
+def test_bad_build_parameters_are_input_errors_naming_them(mem_engine, name, value):
+    """A bad build option is refused before the database sees it, naming the option and the value: a seed out of
+    range reached DuckDB as a conversion error naming no parameter, "x" leaked int()'s ValueError, 1.5 and an
+    unknown bandwidth method were accepted (the latter silently replaced by Silverman's rule)."""
+    mem_engine.con.execute("CREATE TABLE t AS SELECT (i % 100)::DOUBLE AS x FROM range(1000) r(i)")
+    with pytest.raises(InputError) as err:
+        mem_engine.build("t", **{name: value})
+    assert str(err.value).startswith(f"The '{name}' parameter of BuildOptions must be ")
+    assert str(err.value).endswith(f"Got {value!r} instead.")
+    assert not mem_engine._has_catalog()  # nothing was built
+
+
+@pytest.mark.parametrize("table", [None, "", 3])
+def test_a_table_that_is_no_name_is_an_input_error(mem_engine, table):
+    with pytest.raises(InputError, match=f"The 'table' parameter .* Got {table!r} instead"):
+        mem_engine.build(table)
+    with pytest.raises(InputError, match=f"The 'table' parameter .* Got {table!r} instead"):
+        mem_engine.build_parquet(table, "nothing-*.parquet")
+
+
+def test_the_seed_range_ends_build(any_engine):
+    """0 and SEED_MAX build on DuckDB and PostgreSQL (the sample's salt fits the hashes' parameter); with the whole
+    table sampled, the answers are the database's. A bandwidth method of densitas.kde other than the default is
+    taken."""
+    any_engine.con.execute("CREATE TABLE t AS SELECT (i % 97)::DOUBLE PRECISION AS x, (i % 13)::DOUBLE PRECISION AS y "
+                           "FROM generate_series(0, 1999) r(i)")
+    sql = "SELECT COUNT(*) AS n, SUM(y) AS s FROM t WHERE x < 40"
+    exact = any_engine.exact(sql)
+    for seed in (0, build_mod.SEED_MAX):
+        meta = any_engine.build("t", seed=seed, sample_size=2000, bandwidth="scott")
+        assert json.loads(meta["options"])["seed"] == seed
+        got = any_engine.query(sql)
+        for c in ("n", "s"):
+            assert float(got[c].iloc[0]) == pytest.approx(float(exact[c].iloc[0]), rel=1e-9)
+
+
+@pytest.mark.parametrize("seed", [2**31 - 104729, build_mod.SEED_MAX])
+def test_large_seeds_build_from_parquet(mem_engine, tmp_path, monkeypatch, seed):
+    """The Parquet build's dependence probe casts seed + 104729 to an INTEGER: a seed above 2**31 - 104729 failed
+    (a DuckDB conversion error) where the table's probe hashes every row; it is a BIGINT there now."""
+    from densitas.aqp import partitioned
+
+    monkeypatch.setattr(partitioned, "PROBE_SAMPLE_ROWS", 500)  # the probe takes its hash sample
+    path = tmp_path / "p.parquet"
+    duckdb.execute(f"COPY (SELECT (i % 97)::DOUBLE AS x, (i % 13)::DOUBLE AS y FROM range(3000) r(i)) TO '{path}'")
+    mem_engine.build_parquet("p", str(path), seed=seed, sample_size=3000)
+    sql = "SELECT COUNT(*) AS n FROM p WHERE x < 40"
+    got = mem_engine.query(sql)
+    exact = duckdb.execute(f"SELECT COUNT(*) FROM '{path}' WHERE x < 40").fetchone()[0]
+    assert float(got["n"].iloc[0]) == exact
 
 # ---- NoSynopsisError ------------------------------------------------------------------------------------------
 def _small(con, name="t"):

@@ -83,6 +83,11 @@ __all__ = ["BuildOptions", "build", "ensure_schema", "fingerprint_sql"]
 __all__ += ["FORMAT_VERSION", "INDEX_MAX", "KINDS", "SCHEMA", "cell_map"]
 
 
+# the largest seed: its sample salt seed * 7919 + 1 (sample_salt) must fit the hashes' parameter, UBIGINT in DuckDB
+# and BIGINT in PostgreSQL, so 0 <= salt <= 2**63 - 1 (the quantile sample's seed + 7919 then fits a BIGINT too)
+SEED_MAX = (2**63 - 2) // 7919
+
+
 @dataclass
 class BuildOptions:
     """The build's options (``Engine.build(table, ..., **options)`` takes them by name; :meth:`check` validates
@@ -115,8 +120,8 @@ class BuildOptions:
     # 0.77% against 0.58% on that workload (benchmarks/RESULTS.md, "Latency after the accuracy work")
     max_sample_rows: int = 20_480
     max_groups: int = 1000
-    seed: int = 0
-    bandwidth: str = "plugin"  # densitas.kde method for the KDE estimator's per-column bandwidths
+    seed: int = 0  # 0 to SEED_MAX
+    bandwidth: str = "plugin"  # densitas.kde method (densitas.kde.METHODS) for the KDE estimator's bandwidths
     # budget shares: sample, 1-D histograms, sum grids, pair grids (what the others leave goes to the sample);
     # chosen on the tuning tables (lineitem, synthetic, fertility) among (.15,.3,.2,.35), (.5,.15,.1,.25) and
     # (.7,.1,.05,.15) with nominal sample rows; with compact rows (compact_sample) among (.7,.1,.05,.15), these,
@@ -132,41 +137,61 @@ class BuildOptions:
     compact_sample: bool = True
 
     def check(self) -> None:
-        if self.budget_bytes is not None and (not isinstance(self.budget_bytes, int) or self.budget_bytes <= 0):
-            raise InputError(f"budget_bytes must be a positive integer, got {self.budget_bytes!r}.")
-        if not 0 < self.budget_fraction <= 1:
-            raise InputError(f"budget_fraction must be in (0, 1], got {self.budget_fraction!r}.")
-        if isinstance(self.max_bins, bool) or not isinstance(self.max_bins, int) \
-                or not 2 <= self.max_bins <= INDEX_MAX:
-            raise InputError(f"The 'max_bins' parameter of BuildOptions must be an integer in [2, {INDEX_MAX}] "
-                             f"(bin numbers are stored as SMALLINT). Got {self.max_bins!r} instead.")
-        if not isinstance(self.max_pair_res, int) or not 2 <= self.max_pair_res <= 4096:
-            raise InputError(f"max_pair_res must be an integer in [2, 4096], got {self.max_pair_res!r}.")
-        if not 0 <= self.min_dependence < 1:
-            raise InputError(f"min_dependence must be in [0, 1), got {self.min_dependence!r}.")
-        if (len(self.shares) != 4 or any(not 0 <= x <= 1 for x in self.shares)
+        """Raise :class:`~densitas.InputError` naming the first bad option and the value it got."""
+        from densitas.kde import METHODS
+
+        def bad(name: str, what: str) -> InputError:
+            return InputError(f"The {name!r} parameter of BuildOptions must be {what}. "
+                              f"Got {getattr(self, name)!r} instead.")
+
+        if self.budget_bytes is not None and (not _is_int(self.budget_bytes) or self.budget_bytes <= 0):
+            raise bad("budget_bytes", "a positive integer or None")
+        if not _is_real(self.budget_fraction) or not 0 < self.budget_fraction <= 1:
+            raise bad("budget_fraction", "a number in (0, 1]")
+        if not _is_int(self.min_budget_bytes) or self.min_budget_bytes <= 0:
+            raise bad("min_budget_bytes", "a positive integer")
+        if not _is_int(self.max_bins) or not 2 <= self.max_bins <= INDEX_MAX:
+            raise bad("max_bins", f"an integer in [2, {INDEX_MAX}] (bin numbers are stored as SMALLINT)")
+        if not _is_int(self.max_pair_res) or not 2 <= self.max_pair_res <= 4096:
+            raise bad("max_pair_res", "an integer in [2, 4096]")
+        if not _is_real(self.min_dependence) or not 0 <= self.min_dependence < 1:
+            raise bad("min_dependence", "a number in [0, 1)")
+        if (not isinstance(self.shares, (tuple, list)) or len(self.shares) != 4
+                or any(not _is_real(x) or not 0 <= x <= 1 for x in self.shares)
                 or not 0.99 <= sum(self.shares) <= 1.01):
-            raise InputError(f"shares must be four fractions summing to 1, got {self.shares!r}.")
-        if isinstance(self.max_sample_rows, bool) or not isinstance(self.max_sample_rows, int) \
-                or self.max_sample_rows < 10:
-            raise InputError("The 'max_sample_rows' parameter of BuildOptions must be an integer >= 10. "
-                             f"Got {self.max_sample_rows!r} instead.")
-        if self.sample_size is not None and (isinstance(self.sample_size, bool) or not isinstance(self.sample_size, int)
-                                             or self.sample_size < 10):
-            raise InputError("The 'sample_size' parameter of BuildOptions must be an integer >= 10 or None. "
-                             f"Got {self.sample_size!r} instead.")
+            raise bad("shares", "four fractions summing to 1")
+        if not _is_int(self.max_sample_rows) or self.max_sample_rows < 10:
+            raise bad("max_sample_rows", "an integer >= 10")
+        if self.sample_size is not None and (not _is_int(self.sample_size) or self.sample_size < 10):
+            raise bad("sample_size", "an integer >= 10 or None")
         if self.append_key is not None and (not isinstance(self.append_key, str) or not self.append_key):
-            raise InputError("The 'append_key' parameter of BuildOptions must be a column name or None. "
-                             f"Got {self.append_key!r} instead.")
-        if isinstance(self.max_groups, bool) or not isinstance(self.max_groups, int) \
-                or not 1 <= self.max_groups <= INDEX_MAX:
-            raise InputError(f"The 'max_groups' parameter of BuildOptions must be an integer in [1, {INDEX_MAX}] "
-                             f"(group ids are stored as SMALLINT). Got {self.max_groups!r} instead.")
+            raise bad("append_key", "a column name or None")
+        if not _is_int(self.max_groups) or not 1 <= self.max_groups <= INDEX_MAX:
+            raise bad("max_groups", f"an integer in [1, {INDEX_MAX}] (group ids are stored as SMALLINT)")
+        if not _is_int(self.seed) or not 0 <= self.seed <= SEED_MAX:
+            raise bad("seed", f"an integer in [0, {SEED_MAX}] (the sample's hash salt, seed * 7919 + 1, is a "
+                              "non-negative 64-bit integer: sample_salt)")
+        if not isinstance(self.bandwidth, str) or self.bandwidth not in METHODS:
+            raise bad("bandwidth", f"one of the densitas.kde methods {METHODS}")
         for name in ("independent_pairs", "compact_sample"):
             if not isinstance(getattr(self, name), bool):
-                raise InputError(f"The '{name}' parameter of BuildOptions must be True or False. "
-                                 f"Got {getattr(self, name)!r} instead.")
+                raise bad(name, "True or False")
 
+
+def _is_int(value: object) -> bool:
+    """Whether ``value`` is a Python integer (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_real(value: object) -> bool:
+    """Whether ``value`` is a Python int or float (not a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_table_name(table: object) -> None:
+    """Raise :class:`~densitas.InputError` unless ``table`` is a table name (a non-empty string)."""
+    if not isinstance(table, str) or not table.strip():
+        raise InputError(f"The 'table' parameter must be a table name (a non-empty string). Got {table!r} instead.")
 
 
 def fingerprint_sql(table: str, columns: Sequence[str]) -> str:
@@ -736,7 +761,8 @@ def seeded_hash(con: Connector, key: exp.Expression) -> exp.Expression:
 
 
 def sample_salt(seed: int) -> int:
-    """The salt of the seed's sample hash."""
+    """The salt of the seed's sample hash: a parameter typed as the hashes (``UBIGINT`` in DuckDB, ``BIGINT`` in
+    PostgreSQL), so that the seeds of :data:`SEED_MAX` or below give salts in ``[1, 2**63 - 1]``."""
     return int(seed) * 7919 + 1
 
 
@@ -886,6 +912,7 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
     >>> meta["rows"], json.loads(meta["options"])["sample_size"]
     (5000, 500)
     """
+    check_table_name(table)
     opts = options or BuildOptions()
     opts.check()
     say = progress or (lambda step, frac: None)

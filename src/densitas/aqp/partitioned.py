@@ -222,7 +222,8 @@ def _probe_where(src: ParquetSource, n_rows: int, seed: int) -> exp.Expression |
     if n_rows <= PROBE_SAMPLE_ROWS:
         return None
     every = int(np.ceil(n_rows / PROBE_SAMPLE_ROWS))
-    h = src.row_hash(src.row_id(SOURCE), exp.cast(exp.Literal.number(int(seed) + 104729), "INTEGER"))
+    salt = int(seed) + 104729  # typed as DuckDB types the literal (the hash depends on the type): large seeds BIGINT
+    h = src.row_hash(src.row_id(SOURCE), exp.cast(exp.Literal.number(salt), "INTEGER" if salt < 2**31 else "BIGINT"))
     return exp.Mod(this=h, expression=exp.Literal.number(every)).eq(exp.Literal.number(0))
 
 
@@ -467,6 +468,7 @@ def build_parquet(con: Connector, name: str, files: str | Sequence[str], columns
     See the module docstring.
     """
     # not here yet: compact sample accounting and the independent pairs' probe grids (the probe is a hash sample)
+    b.check_table_name(name)
     opts = dataclasses.replace(options or b.BuildOptions(), compact_sample=False, independent_pairs=False)
     opts.check()
     if opts.append_key is not None:

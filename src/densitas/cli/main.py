@@ -54,7 +54,8 @@ def build(
     columns: str = typer.Option(None, "--columns", help="Comma-separated numeric/date columns (default: all)."),
     group_by: str = typer.Option(None, "--group-by", help="Comma-separated categorical GROUP BY columns."),
     budget: float = typer.Option(0.01, "--budget", help="Synopsis size as a fraction of the table's storage."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the synopsis sample."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the synopsis sample: 0 to 1,164,714,236,248,866 (the "
+                             "sample's hash salt, seed * 7919 + 1, must fit a signed 64-bit integer)."),
 ) -> None:
     """Build (or atomically replace) the synopsis of a table, stored in the database's densitas schema."""
     _aqp("build", db, table, columns, group_by, budget_fraction=budget, seed=seed)
