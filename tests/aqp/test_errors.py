@@ -173,6 +173,107 @@ def test_a_dropped_column_makes_the_synopsis_stale(mem_engine):
         mem_engine.query("SELECT COUNT(*) FROM t WHERE x < 3")
 
 
+
+def _cased(con) -> None:
+    """A table whose whole sample is the table (answers are the database's): ``distance``, ``carrier``."""
+    con.execute("CREATE TABLE flights AS SELECT (i * 37 % 2500)::INTEGER AS distance, "
+                "['AA', 'B6', 'UA'][1 + i % 3] AS carrier FROM range(3000) r(i)")
+
+
+def _raw(eng, sql):
+    """``sql`` run as it is in DuckDB: its rows and column names."""
+    df = eng.con.fetch_df(sql)
+    return [tuple(r) for r in df.itertuples(index=False)], list(df.columns)
+
+
+def _assert_answers(got, sql, eng):
+    """``got`` has DuckDB's answer to ``sql``: its column names, its group labels, its numbers (to rounding)."""
+    rows, names = _raw(eng, sql)
+    assert [c for c in got.columns if not c.endswith(("_ci_low", "_ci_high"))] == names
+    assert len(got) == len(rows)
+    for r, want in zip(got[names].itertuples(index=False), rows, strict=True):
+        assert [v for v in r if isinstance(v, str)] == [v for v in want if isinstance(v, str)]
+        assert [float(v) for v in r if not isinstance(v, str)] == pytest.approx(
+            [float(v) for v in want if not isinstance(v, str)], rel=1e-9)
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT COUNT(*) AS n FROM flights WHERE Distance < 500",
+    'SELECT COUNT(*) AS n FROM flights WHERE "DISTANCE" < 500',
+    "SELECT Carrier, COUNT(*) AS n, SUM(DISTANCE) AS s FROM flights WHERE distance >= 100 AND CARRIER IN ('AA', 'UA') "
+    "GROUP BY Carrier ORDER BY CARRIER DESC",
+    'SELECT carrier, AVG("Distance") AS a FROM flights GROUP BY "CARRIER" ORDER BY Carrier',
+])
+def test_column_names_match_as_duckdb_matches_them(mem_engine, sql):
+    """DuckDB resolves column names, quoted or not, case-insensitively: a synopsis answers them (it raised "not in
+    the synopsis"), with DuckDB's answer and output names (a group column is named as the table names it)."""
+    _cased(mem_engine.con)
+    mem_engine.build("flights", ["distance"], ["carrier"], sample_size=3000)
+    _assert_answers(mem_engine.query(sql), sql, mem_engine)
+    _assert_answers(mem_engine.exact(sql), sql, mem_engine)
+
+
+def test_columns_differing_only_by_case_are_matched_exactly(pg_url):
+    """PostgreSQL holds columns "ab" and "AB": each is answered under its exact name, and a name matching both up
+    to case is refused naming them."""
+    eng = Engine(pg_url)
+    try:
+        eng.con.execute('CREATE TABLE t AS SELECT (i % 10)::DOUBLE PRECISION AS ab, (i % 7)::DOUBLE PRECISION AS "AB" '
+                        "FROM generate_series(0, 1999) r(i)")
+        eng.build("t", sample_size=2000)
+        for sql in ('SELECT SUM("AB") AS s FROM t WHERE ab < 5', 'SELECT SUM(ab) AS s FROM t WHERE "AB" < 5'):
+            want = eng.con.fetch_rows(sql.replace("ab", '"ab"'))[0][0]
+            assert float(eng.query(sql)["s"].iloc[0]) == pytest.approx(float(want), rel=1e-9)
+        with pytest.raises(InputError, match=r"'Ab' matches the columns \['AB', 'ab'\] up to case"):
+            eng.query('SELECT COUNT(*) FROM t WHERE "Ab" < 5')
+    finally:
+        eng.close()
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT COUNT(*) AS n FROM main.flights WHERE distance < 500",
+    "SELECT COUNT(*) AS n FROM MAIN.flights WHERE flights.distance < 500",
+    "SELECT COUNT(*) AS n FROM flights WHERE main.flights.distance < 500 AND FLIGHTS.carrier = 'AA'",
+    "SELECT f.carrier, SUM(F.distance) AS s FROM flights AS f WHERE f.distance < 900 GROUP BY f.carrier "
+    "ORDER BY f.carrier",
+])
+def test_qualified_names_of_the_table_are_answered(mem_engine, sql):
+    """The default schema (``main.flights`` is ``flights``: it raised NoSynopsisError) and qualifiers naming the
+    table or its alias are DuckDB's; the answers are DuckDB's, and so is the exact path's."""
+    _cased(mem_engine.con)
+    mem_engine.build("flights", ["distance"], ["carrier"], sample_size=3000)
+    _assert_answers(mem_engine.query(sql), sql, mem_engine)
+    _assert_answers(mem_engine.exact(sql), sql, mem_engine)
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT COUNT(*) FROM flights WHERE other.distance < 500",
+    "SELECT COUNT(*) FROM flights f WHERE flights.distance < 500",
+    "SELECT COUNT(*) FROM flights WHERE other.flights.distance < 500",
+    "SELECT other.carrier, COUNT(*) FROM flights GROUP BY other.carrier",
+    "SELECT SUM(other.distance) FROM flights",
+])
+def test_columns_of_a_table_not_read_are_input_errors(mem_engine, sql):
+    """A column qualified by a table the query does not read: DuckDB refuses it (it got an approximate answer)."""
+    _cased(mem_engine.con)
+    mem_engine.build("flights", ["distance"], ["carrier"], sample_size=3000)
+    with pytest.raises(InputError):  # DuckDB's binder error, through the connector
+        mem_engine.con.fetch_rows(sql)
+    for run in (mem_engine.query, mem_engine.exact, lambda s: mem_engine.query(s, fallback="exact")):
+        with pytest.raises(InputError, match="does not read"):
+            run(sql)
+
+
+def test_a_table_qualified_by_its_database_runs_exactly(mem_engine):
+    """``memory.main.flights``: the synopsis cannot tell the database, so it is unsupported; the exact path runs it."""
+    _cased(mem_engine.con)
+    mem_engine.build("flights", ["distance"], ["carrier"], sample_size=3000)
+    sql = "SELECT COUNT(*) AS n FROM memory.main.flights WHERE distance < 500"
+    with pytest.raises(UnsupportedQueryError, match="qualified by its database"):
+        mem_engine.query(sql)
+    got = mem_engine.query(sql, fallback="exact")
+    assert got.attrs["method"] == "exact" and float(got["n"].iloc[0]) == _raw(mem_engine, sql)[0][0][0]
+
 # ---- the exact path runs one read-only SELECT -------------------------------------------------------------
 WRITES = [
     "SELECT COUNT(*) FROM t; DROP TABLE t",

@@ -17,7 +17,7 @@ from sqlglot import exp
 from densitas.aqp import build as build_mod
 from densitas.aqp import synopsis as syn_mod
 from densitas.aqp.connector import Connector, connect, table_ref
-from densitas.aqp.sql import Query, exact_select, parse, read_only_select
+from densitas.aqp.sql import Query, exact_select, parse, read_only_select, resolve_columns, table_key
 from densitas.aqp.threads import query_blas_threads
 from densitas.exceptions import (
     InputError,
@@ -251,17 +251,19 @@ class Engine:
 
     def _resolve(self, table: str) -> str:
         """The name ``table``'s synopsis is stored under, matched as the database matches identifiers: exactly,
-        else case-insensitively (``FROM LINEITEM`` finds ``lineitem``). Raises NoSynopsisError when none."""
+        else case-insensitively and with or without the default schema (``FROM main.LINEITEM`` finds ``lineitem``:
+        :func:`~densitas.aqp.sql.table_key`). Raises NoSynopsisError when none."""
         names: list[str] = []
         if self._has_catalog():
             names = [r[0] for r in self.con.fetch_rows(f"SELECT table_name FROM {build_mod.SCHEMA}.synopses")]
         if table in names:
             return table
-        folded = [n for n in names if n.lower() == table.lower()]
+        folded = [n for n in names if table_key(n) == table_key(table)]
         if len(folded) == 1:
             return folded[0]
         if len(folded) > 1:
-            raise InputError(f"table {table!r} matches the synopses of {sorted(folded)} up to case; name it exactly.")
+            raise InputError(f"table {table!r} matches the synopses of {sorted(folded)} up to case or schema; name it "
+                             "exactly.")
         try:  # a table that does not exist at all is an input error, not a missing synopsis
             self.con.fetch_rows(f"SELECT 1 FROM {table_ref(table)} LIMIT 0")
         except InputError:
@@ -312,8 +314,8 @@ class Engine:
     def _load(self, table: str, force: bool = False) -> syn_mod.Synopsis:
         with self._lock:
             hit = None if force else self._cache.get(table)
-            if hit is None and not force:  # the table named in another case ("FROM LINEITEM")
-                name = next((t for t in self._cache if t.lower() == table.lower()), None)
+            if hit is None and not force:  # the table named in another case ("FROM LINEITEM") or schema ("main.")
+                name = next((t for t in self._cache if table_key(t) == table_key(table)), None)
                 if name is not None:
                     table, hit = name, self._cache[name]
             now = time.monotonic()
@@ -362,6 +364,8 @@ class Engine:
         try:
             q = parse(sql)
             syn = self._load(q.table)
+            # columns named as DuckDB matches them: "Distance" is the synopsis' "distance"
+            q = resolve_columns(q, [*syn.index, *syn.group_by])
             self._check_group_by(q, syn)
             with query_blas_threads():  # small products: a second thread only waits on a loaded machine
                 out, results = syn.estimate(q, method=method)

@@ -8,9 +8,11 @@ Anything else raises :class:`~densitas.UnsupportedQueryError` naming the constru
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import sqlglot
@@ -18,7 +20,8 @@ from sqlglot import exp
 
 from densitas.exceptions import InputError, UnsupportedQueryError
 
-__all__ = ["Aggregate", "Condition", "Query", "exact_select", "parse", "read_only_select"]
+__all__ = ["DEFAULT_SCHEMA", "Aggregate", "Condition", "Query", "exact_select", "parse", "read_only_select",
+           "resolve_columns", "table_key"]
 
 _AGGS = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg"}
 _CMP = {exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">=", exp.EQ: "="}
@@ -30,6 +33,8 @@ _WRITES = tuple(getattr(exp, name) for name in (
     "Uncache", "Refresh", "Install", "Export", "Grant", "Revoke", "Analyze", "Summarize") if hasattr(exp, name))
 # functions with side effects (sequence state, the session's random seed)
 _WRITING_FUNCTIONS = frozenset({"nextval", "currval", "setseed", "setval"})
+# DuckDB's default schema: ``main.t`` is the table ``t``
+DEFAULT_SCHEMA = "main"
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,77 @@ def _name(col: exp.Column) -> str:
     if col.table and not isinstance(col.this, exp.Identifier):
         raise UnsupportedQueryError(f"column reference {col.sql()!r}")
     return col.name
+
+
+def table_key(name: str) -> str:
+    """What identifies a table as DuckDB matches names: case folded, the default schema's qualifier dropped.
+
+    Examples
+    --------
+    >>> table_key("MAIN.Flights"), table_key("flights"), table_key("other.flights")
+    ('flights', 'flights', 'other.flights')
+    """
+    schema, _, tbl = name.lower().rpartition(".")
+    return tbl if schema == DEFAULT_SCHEMA else name.lower()
+
+
+def _check_qualifiers(tree: exp.Select, source: exp.Table) -> None:
+    """Every qualified column names the table read (``t.x``, ``main.t.x``) or, when it has one, its alias
+    (``a.x``), matched case-insensitively as DuckDB does; anything else names a table the query does not read.
+    The qualifiers are then dropped from ``tree``: the exact query (:func:`exact_select`) reads the table unaliased."""
+    alias = source.alias
+    schema = (source.db or DEFAULT_SCHEMA).lower()
+    for col in tree.find_all(exp.Column):
+        if not col.table or col.find_ancestor(exp.Select) is not tree:  # a subquery's columns are refused with it
+            continue
+        if col.catalog:
+            raise UnsupportedQueryError(f"column reference {col.sql(dialect='duckdb')!r} qualified by a database")
+        if alias:
+            ok = col.table.lower() == alias.lower() and not col.db
+        else:
+            ok = col.table.lower() == source.name.lower() and (not col.db or col.db.lower() == schema)
+        if not ok:
+            qualifier = ".".join(p for p in (col.db, col.table) if p)
+            raise InputError(f"sql: the column {col.sql(dialect='duckdb')!r} refers to the table {qualifier!r}, which "
+                             f"the query does not read (FROM {source.sql(dialect='duckdb')}); qualify columns by "
+                             f"{alias or source.name!r} or not at all.")
+        col.set("table", None)
+        col.set("db", None)
+
+
+def resolve_columns(q: Query, names: Sequence[str]) -> Query:
+    """``q`` with its columns (WHERE, aggregates, GROUP BY, ORDER BY) spelled as in ``names``, a synopsis' columns,
+    matched as DuckDB matches identifiers, quoted or not: exactly, else case-insensitively (``Distance`` is
+    ``distance``). A column that matches several of ``names`` up to case only must be named exactly (an
+    :class:`~densitas.InputError`); one that matches none is left as it is (the synopsis names it as missing).
+    Aliases are kept: the exact query (:func:`exact_select`) names its outputs so too.
+
+    Examples
+    --------
+    >>> q = resolve_columns(parse("SELECT Carrier, AVG(Distance) FROM t WHERE DISTANCE < 9 GROUP BY Carrier "
+    ...                           "ORDER BY CARRIER"), ["distance", "carrier"])
+    >>> q.group_by, q.aggregates[0].column, q.aggregates[0].alias, q.conditions[0].column, q.order_by
+    (('carrier',), 'distance', 'avg_Distance', 'distance', (('carrier', False),))
+    """
+    known = set(names)
+    missing = [c for c in q.columns if c not in known]
+    if not missing:
+        return q
+    rename: dict[str, str] = {}
+    for c in missing:
+        folded = [n for n in names if n.lower() == c.lower()]
+        if len(folded) > 1:
+            raise InputError(f"sql: the column {c!r} matches the columns {sorted(folded)} up to case; name it exactly.")
+        if folded:
+            rename[c] = folded[0]
+    if not rename:
+        return q
+    groups = set(q.group_by)
+    return dataclasses.replace(
+        q, aggregates=tuple(dataclasses.replace(a, column=rename.get(a.column, a.column)) for a in q.aggregates),
+        conditions=tuple(dataclasses.replace(c, column=rename.get(c.column, c.column)) for c in q.conditions),
+        group_by=tuple(rename.get(g, g) for g in q.group_by),
+        order_by=tuple((rename.get(o, o) if o in groups else o, d) for o, d in q.order_by))
 
 
 def _literal(node: exp.Expression, where: str) -> object:
@@ -262,7 +338,11 @@ def parse(sql: str) -> Query:
         raise UnsupportedQueryError(f"FROM {source.sql()!r} (only one plain table is supported)")
     if source.args.get("sample") or tree.args.get("sample"):
         raise UnsupportedQueryError("TABLESAMPLE / USING SAMPLE")
+    if source.catalog:
+        raise UnsupportedQueryError(f"FROM {source.sql(dialect='duckdb')!r}: a table qualified by its database (name "
+                                    "it as schema.table or table)")
     table = source.name if not source.db else f"{source.db}.{source.name}"
+    _check_qualifiers(tree, source)
 
     group_by: list[str] = []
     group = tree.args.get("group")
@@ -281,6 +361,8 @@ def parse(sql: str) -> Query:
             alias, node = item.alias, item.this
         if isinstance(node, exp.Column):
             name = _name(node)
+            name = next((g for g in group_by if g == name), None) \
+                or next((g for g in group_by if g.lower() == name.lower()), name)  # as DuckDB matches it
             if name not in group_by:
                 raise UnsupportedQueryError(f"selected column {name!r} that is not in GROUP BY")
             if alias is not None and alias != name:
@@ -325,8 +407,12 @@ def parse(sql: str) -> Query:
     if order_node is not None:
         for o in order_node.expressions:
             target = o.this
-            if not isinstance(target, exp.Column) or _name(target) not in names:
+            name = _name(target) if isinstance(target, exp.Column) else None
+            # an output column, named exactly or up to case (as DuckDB matches it)
+            out = None if name is None else next((n for n in names if n == name), None) or next(
+                (n for n in names if n.lower() == name.lower()), None)
+            if out is None:
                 raise UnsupportedQueryError(f"ORDER BY {target.sql()!r} (only output columns)")
-            order.append((_name(target), bool(o.args.get("desc"))))
+            order.append((out, bool(o.args.get("desc"))))
     return Query(sql=sql, table=table, aggregates=tuple(aggregates), conditions=tuple(conditions),
                  group_by=tuple(group_by), order_by=tuple(order))
