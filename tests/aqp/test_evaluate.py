@@ -190,3 +190,31 @@ def test_cli_bench_aqp_real_table(tmp_path):
     r = CliRunner().invoke(app, ["bench", "aqp", "--db", str(tmp_path / "ev.duckdb"), "--table", "fertility",
                                  "--sample-size", "500"])
     assert r.exit_code == 2 and "--sample-size" in r.output
+
+
+def test_the_evaluation_keeps_a_stored_synopsis_unless_rebuild(tmp_path):
+    """``densitas bench aqp --db shop.duckdb --tables synthetic`` replaced the user's synopsis of ``synthetic`` with
+    one built on the run's settings, silently. It is refused now, before anything is built, and the stored synopsis
+    answers as before; ``--rebuild`` (``rebuild=True``) lets the run replace it."""
+    from densitas.aqp import evaluate as ev
+    from densitas.aqp.datasets import synthetic
+
+    db = str(tmp_path / "shop.duckdb")
+    sql = "SELECT COUNT(*) AS n, AVG(amount) AS a FROM synthetic WHERE score < 0.5"
+    with Engine(db) as eng:
+        synthetic(eng.con, 20_000, seed=5)
+        meta = eng.build("synthetic", ["amount", "score"], seed=7)
+        before = eng.query(sql)
+    with pytest.raises(InputError, match=r"already holds a synopsis of 'synthetic'.*--rebuild"):
+        ev.evaluate(["synthetic"], queries=3, seed=1, db=db, rows=20_000)
+    r = CliRunner().invoke(app, ["bench", "aqp", "--tables", "synthetic", "--queries", "3", "--seed", "1",
+                                 "--db", db, "--rows", "20000"])
+    assert r.exit_code == 2 and "--rebuild" in r.output, r.output
+    with Engine(db) as eng:
+        assert eng.synopses()["table_name"].tolist() == ["synthetic"]
+        assert eng._load("synthetic").meta["id"] == meta["id"]
+        pd.testing.assert_frame_equal(eng.query(sql), before)
+    _, results = ev.evaluate(["synthetic"], queries=3, seed=1, db=db, rows=20_000, rebuild=True)
+    assert len(results) == 1
+    with Engine(db) as eng:
+        assert eng._load("synthetic").meta["id"] != meta["id"]

@@ -449,19 +449,31 @@ def evaluate_table(engine: Engine, table: str, columns: Sequence[str], group_by:
 
 def evaluate(names: Sequence[str], *, queries: int = 300, seed: int | None = None, db: str | None = None,
              budget: float | None = None, sample_size: int | None = None, scale: float = 1.0,
-             rows: int = 1_000_000, reload: bool = False,
+             rows: int = 1_000_000, reload: bool = False, rebuild: bool = False,
              progress: Callable[[str], None] | None = None,
              on_result: Callable[[TableResult], None] | None = None,
              on_error: Callable[[str, Exception], None] | None = None) -> tuple[int, list[TableResult]]:
     """Evaluate the named tables of the evaluation set in the DuckDB file ``db`` (default: a temporary file);
     returns the seed (fresh when None) and the results. A table already in ``db`` is used as it is unless
     ``reload``; ``scale`` is lineitem's TPC-H scale, ``rows`` the synthetic table's size. ``on_result`` sees
-    each result as it comes; ``on_error`` each table that failed to load or build (default: raise)."""
+    each result as it comes; ``on_error`` each table that failed to load or build (default: raise).
+
+    Each table's synopsis is built with the run's settings and replaces the one stored: a table of ``db`` that
+    already has a synopsis is refused (an :class:`~densitas.InputError`, before anything is loaded or built)
+    unless ``rebuild``."""
     from densitas.aqp.datasets import EVAL_TABLES, load_real
 
     unknown = [n for n in names if n not in EVAL_TABLES]
     if unknown:
         raise InputError(f"unknown table {unknown[0]!r}; the evaluation tables are {sorted(EVAL_TABLES)}.")
+    if db is not None and not rebuild and Path(db).is_file():
+        with Engine(db, read_only=True) as existing:
+            stored = {str(t).lower(): str(t) for t in existing.synopses()["table_name"]}
+        kept = [stored[n.lower()] for n in names if n.lower() in stored]
+        if kept:
+            raise InputError(f"{db} already holds a synopsis of {', '.join(repr(t) for t in kept)}; the evaluation "
+                             "builds its own (its seed, budget and sample size) and would replace it: pass --rebuild "
+                             "(rebuild=True) to allow that, or give another --db (default: a temporary file).")
     seed = fresh_seed() if seed is None else int(seed)
     say = progress or (lambda _msg: None)
     tmp = None

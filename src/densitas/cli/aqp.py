@@ -213,8 +213,9 @@ def print_evaluation_summary(results, seed: int) -> None:
 
 def bench_eval(tables: str | None, queries: int, seed: int | None, db: str | None, budget: float | None,
                scale: float = 1.0, rows: int = 1_000_000, out: str | None = None, reload: bool = False,
-               worst: int = 5, sample_size: int | None = None) -> list:
-    """``densitas bench aqp`` on the evaluation set: densitas and the 1% row sample against exact answers."""
+               worst: int = 5, sample_size: int | None = None, rebuild: bool = False) -> list:
+    """``densitas bench aqp`` on the evaluation set: densitas and the 1% row sample against exact answers; a table
+    of ``db`` that has a synopsis already is refused unless ``rebuild`` (the run would replace its synopsis)."""
     from densitas.aqp import evaluate as ev
     from densitas.aqp.datasets import EVAL_TABLES, available, eval_tables
     from densitas.exceptions import InputError
@@ -249,8 +250,8 @@ def bench_eval(tables: str | None, queries: int, seed: int | None, db: str | Non
             console.print(f"[red]{name}: {exc}[/]")
 
         _, results = ev.evaluate(names, queries=queries, seed=seed, db=db, budget=budget, sample_size=sample_size,
-                                 scale=scale, rows=rows,
-                                 reload=reload, progress=lambda msg: status.update(msg), on_result=on_result,
+                                 scale=scale, rows=rows, reload=reload, rebuild=rebuild,
+                                 progress=lambda msg: status.update(msg), on_result=on_result,
                                  on_error=on_error)
     if results:
         console.print()

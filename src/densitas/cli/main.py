@@ -107,6 +107,9 @@ def bench_aqp(
     rows: int = typer.Option(1_000_000, "--rows", help="Rows of the synthetic table."),
     out: str = typer.Option(None, "--out", help="Write every answer to this .csv (or .json with the summaries)."),
     reload: bool = typer.Option(False, "--reload", help="Reload tables already in --db."),
+    rebuild: bool = typer.Option(False, "--rebuild",
+                                 help="Replace the synopses of tables of --db that have one (without it such a "
+                                      "table is refused: the run builds its own synopsis with its own settings)."),
     table: str = typer.Option(None, "--table",
                               help="Instead: run densitas' seeded workload on this table of --db (its synopsis)."),
     method: str = typer.Option("grid", "--method", help="With --table: grid (default) or kde."),
@@ -116,7 +119,8 @@ def bench_aqp(
     Loads each table into a DuckDB file, builds its synopsis, runs a random 1-3-column range workload (COUNT,
     SUM, AVG; a third grouped) and prints per table the mean/p95 error, 95% coverage from both sides and the
     interval width for densitas and the peer, per aggregate and per number of predicate columns, the worst
-    answers, and the goals (mean <= 1%, p95 <= 5%, coverage 90-98%, mean <= half the peer's).
+    answers, and the goals (mean <= 1%, p95 <= 5%, coverage 90-98%, mean <= half the peer's). A table of --db
+    that already has a synopsis is refused unless --rebuild: the run would replace it with its own.
     """
     if table is not None:
         if db is None:
@@ -129,7 +133,7 @@ def bench_aqp(
         _aqp("bench", db, table, queries, 0 if seed is None else seed, method)
         return
     _aqp("bench_eval", tables, queries, seed, db, budget, scale=scale, rows=rows, out=out, reload=reload,
-         sample_size=sample_size)
+         sample_size=sample_size, rebuild=rebuild)
 
 
 @app.command("bandwidth")
