@@ -437,7 +437,7 @@ def test_an_avg_lies_within_its_box(mem_engine):
     """AVG(x) under a predicate on x lies, with its interval, within the predicate's bounds and the column's
     range, however few sample rows a group has in the box: a group with an estimated count near 0 gave
     AVG(dep_time) = 6,973 with an interval of ±1e19 under ``dep_time BETWEEN 998 AND 1341`` (flights, carrier
-    B6). Where the interval spans the whole box, the estimate is the box's midpoint."""
+    B6)."""
     con = mem_engine.con
     con.execute("CREATE TABLE t AS SELECT (hash(i, 1) % 8)::INTEGER AS g, (hash(i, 2) % 100000)::DOUBLE / 100 AS x, "
                 "(hash(i, 3) % 100000)::DOUBLE / 100 + CASE WHEN hash(i, 1) % 8 = 7 THEN 500 ELSE 0 END AS y "
@@ -453,3 +453,23 @@ def test_an_avg_lies_within_its_box(mem_engine):
             assert box_lo <= r.v_ci_low <= r.v <= r.v_ci_high <= box_hi, (sql, r.to_dict())
             checked += 1
     assert checked >= 20
+
+
+def test_avg_of_a_column_far_from_zero_is_accurate(mem_engine):
+    """AVG of a column whose values sit far from 0 against their spread (a year, a function of a date column),
+    over a box a year or two wide, across 100 small groups: the SUM key sums each value less the column's mean
+    (its centre), so the fit's errors scale with the spread, not the level. Uncentred, AVG(year) over
+    1975–1976 here was 1976.0 against 1975.50 (outside its interval), and births' over 1983–1984 was 1980.05
+    with an interval [1976.6, 1983.5] against 1983.50."""
+    con = mem_engine.con
+    con.execute("CREATE TABLE t AS SELECT (hash(i, 1) % 100)::INTEGER AS g, "
+                "DATE '1969-01-01' + (hash(i, 2) % 7300)::INTEGER AS d, (hash(i, 3) % 1000)::DOUBLE AS x "
+                "FROM range(100000) r(i)")
+    con.execute("ALTER TABLE t ADD COLUMN year INTEGER")
+    con.execute("UPDATE t SET year = year(d)")
+    mem_engine.build("t", ["d", "year", "x"], group_by=["g"])
+    for sql in ["SELECT AVG(year) AS v FROM t WHERE year BETWEEN 1983 AND 1984",
+                "SELECT AVG(year) AS v FROM t WHERE year BETWEEN 1975 AND 1976 AND x < 400"]:
+        df, e = mem_engine.query(sql), _exact(mem_engine, sql, "v")
+        assert abs(float(df["v"].iloc[0]) - e) < 0.1, (sql, df.to_dict("records"), e)
+        assert df["v_ci_low"].iloc[0] <= e <= df["v_ci_high"].iloc[0], (sql, df.to_dict("records"), e)

@@ -112,3 +112,16 @@ def test_non_null_shares_keep_their_cells(rng):
     np.testing.assert_array_equal(share, _cell_means(syn, u, key))
     assert share.min() >= 0 and share.max() <= 1
     con.close()
+
+
+def test_an_avgs_key_is_the_sum_key_less_the_centre(many_groups):
+    """An AVG's key ("d", j) sums each value less the column's mean in the table: its per-fine-bin model mean is
+    the SUM key's less that centre wherever the bin holds rows, its unboxed total the SUM's less centre × rows."""
+    syn, _, _, y = many_groups
+    u, j = syn.index["x"], syn.index["y"]
+    c = syn.centre[j]
+    assert c == pytest.approx(y.mean(), rel=1e-9)
+    rows = syn.fine[u] > 0
+    np.testing.assert_allclose(syn._sum_ratio(u, ("d", j))[rows], syn._sum_ratio(u, ("s", j))[rows] - c,
+                               rtol=1e-9, atol=1e-9 * abs(c))
+    np.testing.assert_allclose(syn._unboxed_total(("d", j)), syn._unboxed_total(("s", j)) - c * syn.N, rtol=1e-9)

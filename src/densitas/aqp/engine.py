@@ -66,28 +66,26 @@ def size_note(meta: dict, options: build_mod.BuildOptions) -> str | None:
 
 def within_bounds(val: np.ndarray, low: np.ndarray, high: np.ndarray, lo: float, hi: float
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """An estimate and its interval clipped to ``[lo, hi]``, where the true value surely lies (an AVG of the
-    values in a box lies in the box). The interval keeps its coverage: it loses only values that cannot be the
-    truth. An interval wholly outside (the estimator sure of a value that cannot be) becomes ``[lo, hi]``. An
-    estimate outside whose interval spans all of ``[lo, hi]`` says nothing the bounds do not (an AVG over an
-    estimated count near 0): it becomes their midpoint; one outside with a narrower interval, the nearer bound.
+    """An estimate and its interval projected onto ``[lo, hi]``, where the true value surely lies (an AVG of the
+    values in a box lies in the box). Neither moves away from the truth: the estimate's error can only shrink,
+    and the interval loses only values that cannot be the truth, so it keeps its coverage. An interval wholly
+    outside (the estimator sure of a value that cannot be) becomes ``[lo, hi]``.
 
     Examples
     --------
-    >>> v, lo, hi = within_bounds(np.array([6973.0, 1100.0, 1400.0, 1345.0]),
-    ...                           np.array([-1e19, 1050.0, 1390.0, 1300.0]),
-    ...                           np.array([1e19, 1150.0, 1410.0, 1390.0]), 998.0, 1341.0)
+    >>> v, lo, hi = within_bounds(np.array([6973.0, 1100.0, 1400.0]), np.array([-1e19, 1050.0, 1390.0]),
+    ...                           np.array([1e19, 1150.0, 1410.0]), 998.0, 1341.0)
     >>> v.tolist(), lo.tolist(), hi.tolist()
-    ([1169.5, 1100.0, 1169.5, 1341.0], [998.0, 1050.0, 998.0, 1300.0], [1341.0, 1150.0, 1341.0, 1341.0])
+    ([1341.0, 1100.0, 1341.0], [998.0, 1050.0, 998.0], [1341.0, 1150.0, 1341.0])
     """
-    if not lo <= hi:  # no bound known (NaN), or an empty box: nothing to clip to
+    if not lo <= hi:  # no bound known (NaN), or an empty box: nothing to project onto
         return val, low, high
     with np.errstate(invalid="ignore"):
         outside = (low > hi) | (high < lo)
         low = np.where(outside, lo, np.clip(low, lo, hi))
         high = np.where(outside, hi, np.clip(high, lo, hi))
-        uninformed = ~((val >= lo) & (val <= hi)) & (low <= lo) & (high >= hi)
-    return np.where(uninformed, 0.5 * (lo + hi), np.clip(val, lo, hi)), low, high
+        val = np.where(np.isnan(val), 0.5 * (lo + hi), np.clip(val, lo, hi))
+    return val, low, high
 
 
 def _names(value: str | Sequence[str] | None) -> Sequence[str] | None:

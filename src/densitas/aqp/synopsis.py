@@ -64,6 +64,8 @@ MAX_EDGE_TERMS = 4
 POOLED_RUN_ROWS = 32
 # a query's designs for its first this many keys are written into memory kept per thread (estimator.scratch)
 SCRATCH_SLOTS = 4
+# the keys that sum a column's values: a SUM's raw values ("s"), an AVG's less the column's centre ("d")
+SUM_KINDS = ("s", "d")
 
 
 @dataclass
@@ -96,7 +98,7 @@ class _Rows:
     when first asked for."""
 
     def __init__(self, idx: np.ndarray, gid: np.ndarray, vals_by_col: np.ndarray, bins_by_col: np.ndarray,
-                 cell_index: Callable[[int], np.ndarray]) -> None:
+                 cell_index: Callable[[int], np.ndarray], centre: dict[int, float]) -> None:
         self.idx = idx  # (m,) positions in the sample
         self.gid = gid  # (m,) group
         self._vals_by_col, self._bins_by_col = vals_by_col, bins_by_col  # (J, n) the whole sample's
@@ -105,6 +107,7 @@ class _Rows:
         self._bins: dict[int, np.ndarray] = {}
         self._flat: dict[int, np.ndarray] = {}  # per column, the rows' flat (group, fine bin) index
         self._key_values: dict[tuple, np.ndarray] = {}
+        self._centre = centre  # per column, what an AVG's key subtracts from each value (Synopsis.centre)
         self.edges: dict[int, list[_EdgeBin]] = {}  # per predicate column, its cut bins (Synopsis._edge_bins)
         self.inside = np.ones(len(idx), dtype=bool)  # whether the row is in the query's box (set by the caller)
 
@@ -152,8 +155,8 @@ class _Rows:
             kind, j = key
             if kind == "n":
                 got = np.ones(len(self.idx))
-            elif kind == "s":
-                got = np.nan_to_num(self.vals(j), nan=0.0)
+            elif kind in SUM_KINDS:
+                got = _centred(self.vals(j), self._centre[j] if kind == "d" else 0.0)
             else:
                 got = (~np.isnan(self.vals(j))).astype(np.float64)
             self._key_values[key] = got
@@ -215,7 +218,15 @@ class Synopsis:
                 m = np.where(w > 0, sm / np.where(w > 0, w, 1), 0.0)
             m[:, 0] = 0.0
             self.mean[j] = m
-        self.sums = sums  # j -> (map, {key: (G, R + 1) totals}) with key ("n", None), ("s", k), ("nn", k)
+        # an AVG's key ("d", j) sums each value less its column's mean in the table (the centre): a fit's errors
+        # scale with the values it fits, and a column far from 0 against its spread (a year, an id) put an AVG
+        # over one year 3.5 years off (births, with the raw sums); estimate() adds the centre back. A SUM keeps
+        # the raw values ("s", j): where most values are 0 they cost nothing raw, and a centred SUM adds the
+        # count's error times the centre
+        self.centre = {j: _centre(infos[j], self.fine[j], self.mean[j]) for j in marg}
+        self.cmean = {j: np.where(np.arange(m.shape[1]) > 0, m - self.centre[j], 0.0) for j, m in self.mean.items()}
+        self.sums = {u: (cmap, _with_deviations(tot, self.centre)) for u, (cmap, tot) in sums.items()}
+        # j -> (map, {key: (G, R + 1) totals}) with key ("n", None), ("s", k), ("d", k), ("nn", k)
         self.pairs = {p.cols: p for p in pairs}
         self.scores = scores
         self.bandwidths = json.loads(meta.get("bandwidths") or "[]")
@@ -277,6 +288,10 @@ class Synopsis:
             lo = max(lo, min(iv[0] for iv in box[j]))
             hi = min(hi, max(iv[2] for iv in box[j]))
         return lo, hi
+
+    def _centre_of(self, key: tuple[str, int | None]) -> float:
+        """What ``key`` subtracts from each value it sums: the column's centre for an AVG's key ``("d", j)``."""
+        return self.centre[key[1]] if key[0] == "d" else 0.0
 
     def _count_key(self, column: str | None) -> tuple[str, int | None]:
         """Which stored total counts the rows an aggregate of ``column`` sees (non-NULL rows)."""
@@ -391,7 +406,7 @@ class Synopsis:
             if a.func in ("sum", "avg") and not info.numeric:
                 raise UnsupportedQueryError(f"{a.func.upper()} of the {info.kind} column {a.column!r}")
             nn = self._count_key(a.column)
-            needs += [nn] if a.func == "count" else [("s", j), nn]
+            needs += [nn] if a.func == "count" else [("s" if a.func == "sum" else "d", j), nn]
         keys = list(dict.fromkeys([("n", None), *needs]))  # row counts always: empty groups are dropped
         est, var_fn, support = (self._grid if method == "grid" else self._kde)(cols, box, keys)
 
@@ -425,20 +440,23 @@ class Synopsis:
                 results.append({"alias": a.alias, "func": "count", "value": val, "var": v, "count": val, "thin": thin})
                 continue
             j = self.index[a.column]
-            ks, kn = keys.index(("s", j)), keys.index(self._count_key(a.column))
-            tot = np.bincount(codes, est[gids, ks], minlength=m)
+            kn = keys.index(self._count_key(a.column))
             cnt = np.bincount(codes, est[gids, kn], minlength=m)
             if a.func == "sum":
+                ks = keys.index(("s", j))
+                tot = np.bincount(codes, est[gids, ks], minlength=m)
                 v = np.bincount(codes, var_fn(gids, [ks], [1.0]), minlength=m)
                 results.append({"alias": a.alias, "func": "sum", "value": tot, "var": v, "count": cnt, "thin": thin})
                 continue
+            ks, c = keys.index(("d", j)), self.centre[j]  # the key sums v − c over the rows the count key counts
+            dev = np.bincount(codes, est[gids, ks], minlength=m)
             with np.errstate(divide="ignore", invalid="ignore"):
-                avg = tot / cnt
-                # delta method: the residual of SUM − AVG·COUNT, with the output group's AVG
-                v = np.bincount(codes, var_fn(gids, [ks, kn], [1.0, -np.nan_to_num(avg)[codes]]),
+                mean_dev = dev / cnt
+                # delta method: the residual of SUM − AVG·COUNT (centred alike), with the output group's AVG
+                v = np.bincount(codes, var_fn(gids, [ks, kn], [1.0, -np.nan_to_num(mean_dev)[codes]]),
                                 minlength=m) / cnt ** 2
-            results.append({"alias": a.alias, "func": "avg", "value": avg, "var": v, "count": cnt, "thin": thin,
-                            "bounds": self._avg_bounds(j, box)})
+            results.append({"alias": a.alias, "func": "avg", "value": c + mean_dev, "var": v, "count": cnt,
+                            "thin": thin, "bounds": self._avg_bounds(j, box)})
         if q.group_by:  # SQL has no row for a group without matching rows: drop groups surely empty
             rows = np.bincount(codes, est[gids, 0], minlength=m)
             rvar = np.bincount(codes, var_fn(gids, [0], [1.0]), minlength=m)
@@ -586,14 +604,17 @@ class Synopsis:
         kind, j = key
         if kind == "n":
             return self.N.copy()
-        if kind == "s":
-            return (self.fine[j] * self.mean[j]).sum(axis=1)
+        if kind in SUM_KINDS:
+            return (self.fine[j] * self._value_factor(key)).sum(axis=1)
         return self.fine[j][:, 1:].sum(axis=1)
 
     def _value_factor(self, key: tuple[str, int | None]) -> np.ndarray:
-        """Per fine bin of the key's column: the mean of the aggregated value (SUM) or the non-NULL share."""
+        """Per fine bin of the key's column: the mean of the aggregated value (``"s"``), less its centre (``"d"``),
+        or the non-NULL share."""
         kind, j = key
-        return self.mean[j] if kind == "s" else (np.arange(self.fine[j].shape[1]) > 0).astype(np.float64)
+        if kind in SUM_KINDS:
+            return self.mean[j] if kind == "s" else self.cmean[j]
+        return (np.arange(self.fine[j].shape[1]) > 0).astype(np.float64)
 
     def _key_factors(self, key, S, phis) -> dict[int, np.ndarray]:
         """The per-fine-bin factors of each predicate column for ``key``: the box shares, with the aggregated
@@ -625,7 +646,7 @@ class Synopsis:
             with np.errstate(invalid="ignore", divide="ignore"):
                 ratio = np.where(n_c > 0, tot[key] / np.where(n_c > 0, n_c, 1), 0.0)
             ratio = ratio[:, cmap]
-            if key[0] != "s":
+            if key[0] not in SUM_KINDS:
                 self._sum_ratio_cache[(u, key)] = ratio
                 return ratio
             shape = self._pooled_shape(u, key, ratio)
@@ -642,7 +663,7 @@ class Synopsis:
         shared."""
         j = key[1]
         b = self._sample_bins()[:, u]
-        y = np.nan_to_num(self.s_vals[:, j], nan=0.0) - cell_means[self.s_gid, b]
+        y = _centred(self.s_vals[:, j], self._centre_of(key)) - cell_means[self.s_gid, b]
         w = (self.N / np.maximum(self.n, 1)).take(self.s_gid)
         run = _runs(np.bincount(b, minlength=self.fine[u].shape[1]), POOLED_RUN_ROWS)
         num = np.bincount(run.take(b), w * y, minlength=run[-1] + 1)
@@ -687,7 +708,7 @@ class Synopsis:
                 idx = np.flatnonzero(mask)
         if self._bins_by_col is None:
             self._bins_by_col = np.ascontiguousarray(self._sample_bins().T)
-        rows = _Rows(idx, self.s_gid[idx], self._vals_by_col, self._bins_by_col, self._cell_index)
+        rows = _Rows(idx, self.s_gid[idx], self._vals_by_col, self._bins_by_col, self._cell_index, self.centre)
         for u in S:
             match = self._row_match(u, box[u], rows.vals(u))
             rows.inside = match if u == S[0] else rows.inside & match
@@ -811,11 +832,11 @@ class Synopsis:
                 np.multiply(v, rows.at(q, u, cmap), out=X[t])
                 t += 1
                 tots.append((q * tot[(kind, j)]).sum(axis=1))
-            if j in phis and kind == "s":  # the own column: exact per-fine-bin sums
+            if j in phis and kind in SUM_KINDS:  # the own column: exact per-fine-bin sums
                 ph = np.broadcast_to(phis[j], (self.fine[j].shape[1],))
                 np.multiply(v, ph.take(rows.bins(j)), out=X[t])
                 t += 1
-                tots.append((self.fine[j] * self.mean[j] * ph).sum(axis=1))
+                tots.append((self.fine[j] * self._value_factor(key) * ph).sum(axis=1))
         return Auxiliaries.from_design(X[:t], np.stack(tots + sparse_tots, axis=1), sparse)
 
     def _edge_terms(self, u: int, ph: np.ndarray, f: np.ndarray,
@@ -896,8 +917,8 @@ class Synopsis:
         for t, (kind, j) in enumerate(keys):
             if kind == "n":
                 y[:, t] = 1.0
-            elif kind == "s":
-                y[:, t] = np.nan_to_num(sv[:, j], nan=0.0)
+            elif kind in SUM_KINDS:
+                y[:, t] = _centred(sv[:, j], self._centre_of((kind, j)))
             else:
                 y[:, t] = ~np.isnan(sv[:, j])
         return y
@@ -955,6 +976,32 @@ class Synopsis:
             return out
 
         return est, var_fn, np.full(G, np.inf)
+
+
+def _centre(info: ColumnInfo, fine: np.ndarray, mean: np.ndarray) -> float:
+    """The mean of a numeric column's non-NULL values in the table (0 for a column SUM does not apply to, or
+    without values), from its fine bins' counts ``fine`` and means ``mean`` (G, B + 1)."""
+    n = fine[:, 1:].sum()
+    if not info.numeric or not n > 0:
+        return 0.0
+    return float((fine[:, 1:] * mean[:, 1:]).sum() / n)
+
+
+def _centred(values: np.ndarray, centre: float) -> np.ndarray:
+    """Each value less ``centre``; 0 where NULL (NaN)."""
+    return np.where(np.isnan(values), 0.0, values - centre)
+
+
+def _with_deviations(totals: dict, centre: dict[int, float]) -> dict:
+    """A sum grid's totals per cell, with each SUM key's ``("s", j)`` also as the deviations' key ``("d", j)``:
+    less ``centre[j]`` times the rows it counts (its column's non-NULL count where it has NULLs, else the
+    rows)."""
+    out = dict(totals)
+    for key, tot in totals.items():
+        if key[0] == "s":
+            j = key[1]
+            out[("d", j)] = tot - centre[j] * totals.get(("nn", j), totals[("n", None)])
+    return out
 
 
 def _shared_messages(memo: dict, tree: _Forest, phis: dict, factors: dict) -> dict:
