@@ -57,9 +57,9 @@ MIN_INFORMATION = 1.0
 # up to this many groups with rows in the fit, per-group sums are one slice sum per group (else bincounts)
 FEW_GROUPS = 32
 # up to this many, the cross products and per-row forms are one matrix product per group; beyond, a gather of
-# each row's group matrix (O(m·p²) memory traffic). The products won at every size measured: a three-column
-# flights query (35 groups) 17.7 -> 5.9 ms median, births (357) 49.9 -> 27.7 ms, 1,000 groups of 200 sample
-# rows 192 -> 86 ms (benchmarks/RESULTS.md, "Queries over many groups")
+# each row's group matrix (O(m·p²) memory traffic). The products won at every size measured, median latency:
+# flights (35 groups) 16.6 -> 5.6 ms, births (357) 44.1 -> 23.1 ms, 1,000 groups of 200 sample rows 192 -> 86 ms
+# (benchmarks/aqp_groups.py; benchmarks/RESULTS.md, "AQP after the new-user review")
 PRODUCT_GROUPS = 1024
 # sparse terms (non-zero on a few rows) are kept apart from this many rows given on; below, as dense rows
 SPARSE_FROM_ROWS = 8192

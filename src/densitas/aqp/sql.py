@@ -75,6 +75,14 @@ def _name(col: exp.Column) -> str:
     return col.name
 
 
+def _as_named(name: str, names: Sequence[str]) -> str | None:
+    """The one of ``names`` that ``name`` refers to as DuckDB matches identifiers: the same, else the first equal up
+    to case; None when none is."""
+    if name in names:
+        return name
+    return next((n for n in names if n.lower() == name.lower()), None)
+
+
 def table_key(name: str) -> str:
     """What identifies a table as DuckDB matches names: case folded, the default schema's qualifier dropped.
 
@@ -361,8 +369,7 @@ def parse(sql: str) -> Query:
             alias, node = item.alias, item.this
         if isinstance(node, exp.Column):
             name = _name(node)
-            name = next((g for g in group_by if g == name), None) \
-                or next((g for g in group_by if g.lower() == name.lower()), name)  # as DuckDB matches it
+            name = _as_named(name, group_by) or name
             if name not in group_by:
                 raise UnsupportedQueryError(f"selected column {name!r} that is not in GROUP BY")
             if alias is not None and alias != name:
@@ -409,8 +416,7 @@ def parse(sql: str) -> Query:
             target = o.this
             name = _name(target) if isinstance(target, exp.Column) else None
             # an output column, named exactly or up to case (as DuckDB matches it)
-            out = None if name is None else next((n for n in names if n == name), None) or next(
-                (n for n in names if n.lower() == name.lower()), None)
+            out = None if name is None else _as_named(name, names)
             if out is None:
                 raise UnsupportedQueryError(f"ORDER BY {target.sql()!r} (only output columns)")
             order.append((out, bool(o.args.get("desc"))))

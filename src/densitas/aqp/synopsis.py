@@ -98,7 +98,7 @@ class _Rows:
     when first asked for."""
 
     def __init__(self, idx: np.ndarray, gid: np.ndarray, vals_by_col: np.ndarray, bins_by_col: np.ndarray,
-                 cell_index: Callable[[int], np.ndarray], centre: dict[int, float]) -> None:
+                 cell_index: Callable[[int], np.ndarray], centre_of: Callable[[tuple], float]) -> None:
         self.idx = idx  # (m,) positions in the sample
         self.gid = gid  # (m,) group
         self._vals_by_col, self._bins_by_col = vals_by_col, bins_by_col  # (J, n) the whole sample's
@@ -107,7 +107,7 @@ class _Rows:
         self._bins: dict[int, np.ndarray] = {}
         self._flat: dict[int, np.ndarray] = {}  # per column, the rows' flat (group, fine bin) index
         self._key_values: dict[tuple, np.ndarray] = {}
-        self._centre = centre  # per column, what an AVG's key subtracts from each value (Synopsis.centre)
+        self._centre_of = centre_of  # what a key subtracts from each value it sums (Synopsis._centre_of)
         self.edges: dict[int, list[_EdgeBin]] = {}  # per predicate column, its cut bins (Synopsis._edge_bins)
         self.inside = np.ones(len(idx), dtype=bool)  # whether the row is in the query's box (set by the caller)
 
@@ -156,7 +156,7 @@ class _Rows:
             if kind == "n":
                 got = np.ones(len(self.idx))
             elif kind in SUM_KINDS:
-                got = _centred(self.vals(j), self._centre[j] if kind == "d" else 0.0)
+                got = _centred(self.vals(j), self._centre_of(key))
             else:
                 got = (~np.isnan(self.vals(j))).astype(np.float64)
             self._key_values[key] = got
@@ -708,7 +708,8 @@ class Synopsis:
                 idx = np.flatnonzero(mask)
         if self._bins_by_col is None:
             self._bins_by_col = np.ascontiguousarray(self._sample_bins().T)
-        rows = _Rows(idx, self.s_gid[idx], self._vals_by_col, self._bins_by_col, self._cell_index, self.centre)
+        rows = _Rows(idx, self.s_gid[idx], self._vals_by_col, self._bins_by_col, self._cell_index,
+                     self._centre_of)
         for u in S:
             match = self._row_match(u, box[u], rows.vals(u))
             rows.inside = match if u == S[0] else rows.inside & match
