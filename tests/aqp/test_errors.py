@@ -49,7 +49,7 @@ def test_build_option_errors_are_densitas_errors():
         build_mod.BuildOptions(max_bins=10**6).check()
 
 
-@pytest.mark.parametrize("name", ["independent_pairs", "compact_sample"])
+@pytest.mark.parametrize("name", ["independent_pairs", "compact_sample", "compact_grids"])
 def test_switches_must_be_booleans(name):
     build_mod.BuildOptions(**{name: False}).check()
     with pytest.raises(InputError) as err:

@@ -84,8 +84,9 @@ def reference(files: list[str], columns, group_by, **opts) -> store.StoredSynops
         eng.con.execute("CREATE TABLE t AS SELECT * FROM read_parquet(?) LIMIT 0", [files[0]])
         for f in files:
             eng.con.execute("INSERT INTO t SELECT * FROM read_parquet(?)", [f])
-        # the partitioned build counts sample rows at their nominal width and stores no independent pairs
-        eng.build("t", columns, group_by, **{"compact_sample": False, "independent_pairs": False, **opts})
+        # the partitioned build counts sample and grid rows at their nominal width and stores no independent pairs
+        eng.build("t", columns, group_by, **{"compact_sample": False, "compact_grids": False,
+                                            "independent_pairs": False, **opts})
         return store.read(eng.con, "t")
     finally:
         eng.close()

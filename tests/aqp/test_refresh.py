@@ -52,13 +52,14 @@ def test_a_merged_synopsis_counts_every_row(any_engine):
     st = store.read(any_engine.con, "t")
     groups = st.groups["g"].tolist()
     assert st.groups["n"].tolist() == [int((frame["g"] == g).sum()) for g in groups]
-    # the size is counted as the build counts it: the sample's rows at their compact cost, not their nominal width
+    # the size is counted as the build counts it: every row at its compact cost, not its nominal width
     from densitas.aqp import build as b
 
     tables = store.SynopsisTables.of(meta["id"], st.infos, [("g", "VARCHAR")])
     rows = store.count_rows(any_engine.con, tables.table("sample"))
     assert meta["size_bytes"] == b.synopsis_bytes(any_engine.con, tables, rows,
-                                                  b.sample_row_bytes(st.infos, len(groups)))
+                                                  b.RowCosts.compact(st.infos, len(groups), 10000,
+                                                                     b.BuildOptions(max_bins=40)))
     assert meta["size_bytes"] < store.stored_bytes(any_engine.con, tables, *store.KINDS[:4], "edges", "groups")
     for j, info in enumerate(st.infos):
         v = frame[info.name].to_numpy(dtype=float)

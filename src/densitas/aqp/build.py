@@ -66,14 +66,17 @@ from densitas.aqp.store import (
     SCHEMA,
     SynopsisTables,
     catalog_ids,
+    count_rows,
     cell_map,
     drop_synopsis,
     edges_layout,
     ensure_schema,
     marg_layout,
     pairs_layout,
+    sample_layout,
     set_build_seconds,
     stored_bytes,
+    sums_layout,
     write_catalog,
 )
 from densitas.exceptions import InputError
@@ -135,6 +138,8 @@ class BuildOptions:
     independent_pairs: bool = True
     # sample rows count at their compact cost (sample_row_bytes), not their nominal width, against the budget
     compact_sample: bool = True
+    # so do the histograms', sum grids' and pair grids' rows (RowCosts.compact): finer grids in the same bytes
+    compact_grids: bool = True
 
     def check(self) -> None:
         """Raise :class:`~densitas.InputError` naming the first bad option and the value it got."""
@@ -173,7 +178,7 @@ class BuildOptions:
                               "non-negative 64-bit integer: sample_salt)")
         if not isinstance(self.bandwidth, str) or self.bandwidth not in METHODS:
             raise bad("bandwidth", f"one of the densitas.kde methods {METHODS}")
-        for name in ("independent_pairs", "compact_sample"):
+        for name in ("independent_pairs", "compact_sample", "compact_grids"):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, "True or False")
 
@@ -389,21 +394,24 @@ class Plan:
     budget: int
     n_groups: int
     bins: list[int]
-    sample_row_bytes: float | None = None  # a sample row's cost (:func:`sample_row_bytes`); None: nominal
+    costs: RowCosts  # what a stored row of each table counts for against the budget
 
 
-def plan_bins(infos: list[ColumnInfo], n_groups: int, opts: BuildOptions, table_bytes: int) -> Plan:
+def plan_bins(infos: list[ColumnInfo], n_groups: int, opts: BuildOptions, table_bytes: int, n_rows: int) -> Plan:
     """The byte budget (``budget_bytes``, else ``budget_fraction`` of the table's storage, at least
-    ``min_budget_bytes``) and each column's number of bins (:func:`_marginal_bins`)."""
+    ``min_budget_bytes``), what each table's rows count for against it (:class:`RowCosts`) and each column's
+    number of bins (:func:`_marginal_bins`)."""
     budget = opts.budget_bytes or max(opts.min_budget_bytes, int(opts.budget_fraction * table_bytes))
-    return Plan(budget, n_groups, _marginal_bins(infos, n_groups, opts, budget))
+    costs = row_costs(infos, n_groups, n_rows, opts)
+    return Plan(budget, n_groups, _marginal_bins(infos, n_groups, opts, budget, costs), costs)
 
 
-def _marginal_bins(infos: list[ColumnInfo], n_groups: int, opts: BuildOptions, budget: int) -> list[int]:
+def _marginal_bins(infos: list[ColumnInfo], n_groups: int, opts: BuildOptions, budget: int, costs: RowCosts
+                   ) -> list[int]:
     """Bins per column: the 1-D share of the budget split evenly (dense estimate); columns with fewer distinct
     values than their share hand the slack to the others."""
     k = len(infos)
-    per_col = opts.shares[1] * budget / (k * (n_groups * MARG_CELL_BYTES + EDGE_BYTES))
+    per_col = opts.shares[1] * budget / (k * (n_groups * costs.marg + EDGE_BYTES))
     cards = [min(info.distinct, opts.max_bins) for info in infos]
     bins = list(cards)
     slack_cols = [i for i in range(k) if cards[i] > per_col]
@@ -616,7 +624,7 @@ def write_sum_grids(con: Connector, tables: SynopsisTables, binned: Binned, info
     nullable = [j for j in numeric if infos[j].nullable]
     values = [_count()] + [exp.Sum(this=binned.v(j)) for j in numeric] + [exp.Count(this=binned.v(j))
                                                                           for j in nullable]
-    sum_res = sum_grid_resolutions(infos, plan, opts, lay.row_bytes)
+    sum_res = sum_grid_resolutions(infos, plan, opts, plan.costs.sums)
     con.execute(lay.create(tables.id))
     for j in range(len(infos)):
         cell = binned.coarse(j, sum_res[j], plan.bins[j])
@@ -626,7 +634,7 @@ def write_sum_grids(con: Connector, tables: SynopsisTables, binned: Binned, info
     return sum_res
 
 
-def sum_grid_resolutions(infos: list[ColumnInfo], plan: Plan, opts: BuildOptions, row_bytes: int) -> list[int]:
+def sum_grid_resolutions(infos: list[ColumnInfo], plan: Plan, opts: BuildOptions, row_bytes: float) -> list[int]:
     """Each column's sum grid resolution: the finest whose dense size fits the sum grids' share of the budget."""
     per_col = opts.shares[2] * plan.budget / (len(infos) * plan.n_groups * row_bytes)
     sum_res = []
@@ -693,20 +701,21 @@ def write_pair_grids(con: Connector, tables: SynopsisTables, binned: Binned, inf
                      probe_grids: dict | None = None) -> list[PairGrid]:
     """Grids for the dependent pairs (:func:`_choose_pairs`) in what the histograms and sum grids left of the
     budget (the pair grids are sparse), less the sample's share."""
-    pair_budget = plan.budget - pair_reserve(plan, opts) - stored_bytes(con, tables, "marg", "sums", "edges",
+    pair_budget = plan.budget - pair_reserve(plan, opts) - plan.costs.of(con, tables, "marg", "sums", "edges",
                                                                          "groups")
-    chosen = _choose_pairs(con, binned, infos, plan.bins, scores, opts, pair_budget, say, probe_grids)
+    chosen = _choose_pairs(con, binned, infos, plan.bins, scores, opts, pair_budget, say, probe_grids,
+                           plan.costs.pairs)
     return insert_pair_grids(con, tables, chosen, scores)
 
 
 def pair_reserve(plan: Plan, opts: BuildOptions) -> float:
     """Bytes kept from the pair grids for the sample: its share of the budget, but no more than
-    ``max_sample_rows`` rows (``sample_size`` when given) cost at :attr:`Plan.sample_row_bytes` — beyond that
-    the sample would not use them, and the grids do."""
+    ``max_sample_rows`` rows (``sample_size`` when given) cost at their compact cost (``compact_sample``) —
+    beyond that the sample would not use them, and the grids do."""
     share = opts.shares[0] * plan.budget
-    if not plan.sample_row_bytes:
+    if not opts.compact_sample:
         return share
-    return min(share, (opts.sample_size or opts.max_sample_rows) * plan.sample_row_bytes)
+    return min(share, (opts.sample_size or opts.max_sample_rows) * plan.costs.sample)
 
 
 def insert_pair_grids(con: Connector, tables: SynopsisTables, chosen: list, scores: dict[tuple[int, int], float]
@@ -804,11 +813,99 @@ def sample_row_bytes(infos: Sequence[ColumnInfo], n_groups: int) -> float:
     return math.ceil(bits) / 8
 
 
-def synopsis_bytes(con: Connector, tables: SynopsisTables, sample_rows: int, row_bytes: float | None) -> int:
-    """A synopsis' size against its budget: its tables' rows at their row widths, the sample's rows at
-    ``row_bytes`` each (:func:`sample_row_bytes`; None: their nominal width)."""
-    rest = stored_bytes(con, tables, "marg", "sums", "pairs", "edges", "groups")
-    return rest + (round(sample_rows * row_bytes) if row_bytes else stored_bytes(con, tables, "sample"))
+def _bits(values: float) -> int:
+    """Bits that tell ``values`` values apart (0 for one value: a constant column costs nothing compressed)."""
+    return math.ceil(math.log2(values)) if values > 1 else 0
+
+
+def sum_bits(info: ColumnInfo, n_rows: int) -> int:
+    """Bits of a sum of at most ``n_rows`` of the column's values, sign included: on the column's value grid
+    (``step`` > 0: integers, decimals, dates) the sum is a multiple of the step; else a full DOUBLE.
+
+    Examples
+    --------
+    >>> from densitas.aqp.columns import ColumnInfo
+    >>> sum_bits(ColumnInfo("n", "INTEGER", "int", 1.0, lo=-5.0, hi=1000.0), n_rows=1000)   # |sum| < 2**20
+    21
+    >>> sum_bits(ColumnInfo("x", "DOUBLE", "float", 0.0, lo=0.0, hi=1.0), n_rows=1000)
+    64
+    """
+    if info.step > 0 and math.isfinite(info.hi - info.lo):
+        return min(64, _bits(n_rows * max(abs(info.lo), abs(info.hi)) / info.step + 1) + 1)
+    return 64
+
+
+@dataclass(frozen=True)
+class RowCosts:
+    """Bytes one stored row of the histograms, sum grids, pair grids and sample counts for against the budget
+    (the small ``edges`` and ``groups`` tables count at their layouts' widths).
+
+    The budget is a fraction of the table's *compressed* storage, and DuckDB stores a synopsis' tables
+    compressed as well (integers frame-of-reference bit-packed, doubles on a decimal grid by ALP): so that the
+    budget buys what it says, rows count at their compact cost (:meth:`compact`: ``compact_grids``, and
+    :func:`sample_row_bytes`: ``compact_sample``), not their nominal width (:meth:`nominal`).
+
+    Examples
+    --------
+    >>> from densitas.aqp.columns import ColumnInfo
+    >>> day = ColumnInfo("d", "DATE", "date", 1.0, lo=15706.0, hi=16070.0, distinct=365)
+    >>> delay = ColumnInfo("x", "INTEGER", "int", 1.0, lo=-43.0, hi=1301.0, distinct=527, nullable=True)
+    >>> RowCosts.compact([day, delay], n_groups=35, n_rows=336_776, opts=BuildOptions()).marg
+    8.75
+    >>> RowCosts.nominal([day, delay]).marg          # col, gid, bin SMALLINT; n INTEGER; s DOUBLE
+    18
+    """
+
+    marg: float
+    sums: float
+    pairs: float
+    sample: float
+
+    @classmethod
+    def nominal(cls, infos: Sequence[ColumnInfo]) -> RowCosts:
+        """Each row at its columns' SQL type widths (see :mod:`densitas.aqp.store`)."""
+        numeric = [j for j, info in enumerate(infos) if info.numeric]
+        nullable = [j for j in numeric if infos[j].nullable]
+        return cls(marg=marg_layout().row_bytes, sums=sums_layout(numeric, nullable).row_bytes,
+                   pairs=pairs_layout().row_bytes, sample=sample_layout(len(infos)).row_bytes)
+
+    @classmethod
+    def compact(cls, infos: Sequence[ColumnInfo], n_groups: int, n_rows: int, opts: BuildOptions) -> RowCosts:
+        """Each grid row at the bits its fields need: an index at the bits of its range (``col`` 1 + 6 + 10 +
+        19 + 34 bits above: two columns, 35 groups, 528 bins, 336,777 counts, a sum of 336,776 dates), a count
+        at the bits of ``n_rows``, a sum at :func:`sum_bits` (the widest column's for the histograms, whose
+        ``s`` holds each column's sums in turn); the sample's rows at :func:`sample_row_bytes`."""
+        k = len(infos)
+        index = _bits(k) + _bits(n_groups)
+        count = _bits(n_rows + 1)
+        bins = _bits(max(min(info.distinct, opts.max_bins) for info in infos) + 1)
+        marg = index + bins + count + max(sum_bits(info, n_rows) for info in infos)
+        sums = (index + _bits(opts.max_pair_res + 1) + count
+                + sum(sum_bits(info, n_rows) + (count if info.nullable else 0) for info in infos if info.numeric))
+        pairs = _bits(k * (k - 1) // 2) + _bits(n_groups) + 2 * _bits(opts.max_pair_res + 1) + count
+        return cls(marg=marg / 8, sums=sums / 8, pairs=pairs / 8, sample=sample_row_bytes(infos, n_groups))
+
+    def of(self, con: Connector, tables: SynopsisTables, *kinds: str) -> int:
+        """Bytes of the synopsis' tables of ``kinds`` at these costs (``edges`` and ``groups`` at their
+        layouts' widths)."""
+        return round(sum(count_rows(con, tables.table(k))
+                         * (getattr(tables, k).row_bytes if k in ("edges", "groups") else getattr(self, k))
+                         for k in kinds))
+
+
+def row_costs(infos: Sequence[ColumnInfo], n_groups: int, n_rows: int, opts: BuildOptions) -> RowCosts:
+    """What the build counts each stored row for: compact grid rows where ``compact_grids``, compact sample
+    rows where ``compact_sample``, else their nominal widths."""
+    nominal = RowCosts.nominal(infos)
+    costs = RowCosts.compact(infos, n_groups, n_rows, opts) if opts.compact_grids else nominal
+    return dataclasses.replace(costs, sample=sample_row_bytes(infos, n_groups) if opts.compact_sample
+                               else nominal.sample)
+
+
+def synopsis_bytes(con: Connector, tables: SynopsisTables, sample_rows: int, costs: RowCosts) -> int:
+    """A synopsis' size against its budget: its tables' rows at ``costs``, the sample's ``sample_rows`` rows
+    at ``costs.sample`` each."""
+    return costs.of(con, tables, "marg", "sums", "pairs", "edges", "groups") + round(sample_rows * costs.sample)
 
 
 def draw_sample(con: Connector, tables: SynopsisTables, binned: Binned, plan: Plan, n_rows: int,
@@ -821,8 +918,8 @@ def draw_sample(con: Connector, tables: SynopsisTables, binned: Binned, plan: Pl
     smallest hashes always pass it; where it passes too few (vanishingly rare) the draw runs without it.
     """
     k = binned.n_columns
-    used = stored_bytes(con, tables, "marg", "sums", "pairs", "edges", "groups")
-    n_sample = sample_target(opts, plan.budget, used, k, n_rows, plan.sample_row_bytes)
+    used = plan.costs.of(con, tables, "marg", "sums", "pairs", "edges", "groups")
+    n_sample = sample_target(opts, plan.budget, used, k, n_rows, plan.costs.sample)
     groups = tables.groups.table(tables.id)
     gsizes = np.array(con.fetch_rows(sqlglot.select(_col("n")).from_(groups).order_by(_col("gid"))),
                       dtype=np.int64).ravel()
@@ -925,11 +1022,11 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
     stats = read_statistics(con, table, cols)
     append = append_marker(con, table, opts.append_key)
     say("groups", 0.1)
-    plan = plan_bins(infos, count_groups(con, table, cols.group_by, opts.max_groups), opts, stats.table_bytes)
+    plan = plan_bins(infos, count_groups(con, table, cols.group_by, opts.max_groups), opts, stats.table_bytes,
+                     stats.rows)
     say("bins", 0.15)
     find_bin_edges(con, table, infos, plan, stats.rows, opts.seed)
-    if opts.compact_sample:
-        plan.sample_row_bytes = sample_row_bytes(infos, plan.n_groups)
+    plan.costs = row_costs(infos, plan.n_groups, stats.rows, opts)  # the sample's cost knows the discrete columns
 
     tables = SynopsisTables.of(uuid.uuid4().hex[:12], infos, cols.group_types)
     old_ids = catalog_ids(con, table)
@@ -956,7 +1053,7 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
                                        "max_bins": opts.max_bins, "append": append,
                                        "thresholds": sample.thresholds, "build": dataclasses.asdict(opts)}),
                 "bandwidths": json.dumps(bandwidths),
-                "size_bytes": synopsis_bytes(con, tables, sample.rows, plan.sample_row_bytes),
+                "size_bytes": synopsis_bytes(con, tables, sample.rows, plan.costs),
                 "table_bytes": stats.table_bytes}
         swap_catalog(con, meta, old_ids)
     say("done", 1.0)
@@ -1023,7 +1120,7 @@ def finest_pair_grids(con: Connector, binned: Binned, bins: list[int], cand: lis
 
 def _choose_pairs(con: Connector, binned: Binned, infos: list[ColumnInfo], bins: list[int], scores: dict,
                   opts: BuildOptions, budget: float, say: Callable[[str, float], None],
-                  probe_grids: dict | None = None) -> list:
+                  probe_grids: dict | None = None, cell_bytes: float = PAIR_CELL_BYTES) -> list:
     """The pair grids to store: ``[(pair, (res0, res1), (gid, c0, c1, n))]``. Dependent pairs (score at least
     ``min_dependence``) in decreasing score each get a grid, starting at 16 x 16 and doubling the resolution in
     rounds, most dependent first, while the sparse cell count (exact, from the finest grid GROUP BY computed in
@@ -1031,11 +1128,12 @@ def _choose_pairs(con: Connector, binned: Binned, infos: list[ColumnInfo], bins:
     cand = candidate_pairs(scores, opts)
     finest = finest_pair_grids(con, binned, bins, cand, opts, say)
     coarse = {p: g for p, g in (probe_grids or {}).items() if p not in finest}
-    return choose_pair_resolutions(finest, bins, cand, opts, budget, coarse)
+    return choose_pair_resolutions(finest, bins, cand, opts, budget, coarse, cell_bytes)
 
 
 def choose_pair_resolutions(finest: dict, bins: list[int], cand: list[tuple[int, int]], opts: BuildOptions,
-                            budget: float, coarse: dict | None = None) -> list:
+                            budget: float, coarse: dict | None = None, cell_bytes: float = PAIR_CELL_BYTES
+                            ) -> list:
     """From the candidates' finest grids (:func:`finest_pair_grids`), the grids to store (see
     :func:`_choose_pairs`).
 
@@ -1068,14 +1166,14 @@ def choose_pair_resolutions(finest: dict, bins: list[int], cand: list[tuple[int,
     used = 0.0
     for p in cand:  # most dependent first, at the starting resolution
         res, cells = at(p, start[p])
-        size = len(cells[0]) * PAIR_CELL_BYTES
+        size = len(cells[0]) * cell_bytes
         if used + size <= budget:
             state[p] = (start[p], res, cells)
             used += size
     extra_grids = []
     for p in sorted(coarse):  # the independent pairs' coarse grids (docstring)
         res, cells = coarse[p]
-        size = len(cells[0]) * PAIR_CELL_BYTES
+        size = len(cells[0]) * cell_bytes
         if used + size <= budget:
             extra_grids.append((p, tuple(res), cells))
             used += size
@@ -1090,7 +1188,7 @@ def choose_pair_resolutions(finest: dict, bins: list[int], cand: list[tuple[int,
             if li >= top:
                 continue
             nres, ncells = at(p, li + 1)
-            extra = (len(ncells[0]) - len(cells[0])) * PAIR_CELL_BYTES
+            extra = (len(ncells[0]) - len(cells[0])) * cell_bytes
             if used + extra <= budget:
                 state[p] = (li + 1, nres, ncells)
                 used += extra

@@ -240,7 +240,7 @@ def global_step(files: list[str], columns: Sequence[str] | None, group_by: Seque
         ensure_schema(src)
         stats = b.read_statistics(src, SOURCE, cols, fingerprint=False)
         plan = b.plan_bins(infos, b.count_groups(src, SOURCE, cols.group_by, opts.max_groups), opts,
-                           stats.table_bytes)
+                           stats.table_bytes, stats.rows)
         b.find_bin_edges(src, SOURCE, infos, plan, stats.rows, opts.seed)
         sid = uuid.uuid4().hex[:12]
         tables = SynopsisTables.of(sid, infos, cols.group_types)
@@ -467,9 +467,11 @@ def build_parquet(con: Connector, name: str, files: str | Sequence[str], columns
     --------
     See the module docstring.
     """
-    # not here yet: compact sample accounting and the independent pairs' probe grids (the probe is a hash sample)
+    # not here yet: compact accounting of the sample and grids, and the independent pairs' probe grids (the probe
+    # is a hash sample)
     b.check_table_name(name)
-    opts = dataclasses.replace(options or b.BuildOptions(), compact_sample=False, independent_pairs=False)
+    opts = dataclasses.replace(options or b.BuildOptions(), compact_sample=False, compact_grids=False,
+                               independent_pairs=False)
     opts.check()
     if opts.append_key is not None:
         raise InputError("The 'append_key' parameter does not apply to a build from Parquet files (a refresh reads "

@@ -255,8 +255,9 @@ def refresh(con: Connector, table: str, *, verify: bool = False) -> RefreshResul
                         "fingerprint": fingerprint, "columns": json.dumps([i.to_dict() for i in infos]),
                         "group_by": meta["group_by"], "grids": meta["grids"], "options": json.dumps(opts),
                         "bandwidths": json.dumps([h * shrink for h in json.loads(meta["bandwidths"] or "[]")]),
-                        "size_bytes": b.synopsis_bytes(con, new, sample_rows, _sample_row_bytes(con, new, infos,
-                                                                                                 opts)),
+                        "size_bytes": b.synopsis_bytes(con, new, sample_rows,
+                                                       _row_costs(con, new, infos, opts,
+                                                                  int(meta["rows"]) + delta.rows)),
                         "table_bytes": con.table_bytes(table)}
             b.swap_catalog(con, new_meta, catalog_ids(con, table))
     if reason is not None:
@@ -266,12 +267,16 @@ def refresh(con: Connector, table: str, *, verify: bool = False) -> RefreshResul
     return RefreshResult("merged", delta.rows, None, new_meta)
 
 
-def _sample_row_bytes(con: Connector, tables: SynopsisTables, infos: list, opts: dict) -> float | None:
-    """A sample row's cost as the build counted it: compact (:func:`densitas.aqp.build.sample_row_bytes`) when
-    the synopsis was built so, else None (nominal)."""
-    if not opts.get("build", {}).get("compact_sample"):
-        return None
-    return b.sample_row_bytes(infos, count_rows(con, tables.table("groups")))
+def _row_costs(con: Connector, tables: SynopsisTables, infos: list, opts: dict, n_rows: int) -> b.RowCosts:
+    """What each stored row counts for, as the build counted it (:func:`densitas.aqp.build.row_costs` with the
+    build's ``compact_sample`` and ``compact_grids``; a synopsis built before ``compact_grids`` has nominal grid
+    rows)."""
+    built = opts.get("build", {})
+    flags = b.BuildOptions(compact_sample=bool(built.get("compact_sample")),
+                           compact_grids=bool(built.get("compact_grids")),
+                           max_bins=int(built.get("max_bins", b.BuildOptions.max_bins)),
+                           max_pair_res=int(built.get("max_pair_res", b.BuildOptions.max_pair_res)))
+    return b.row_costs(infos, count_rows(con, tables.table("groups")), n_rows, flags)
 
 
 def _merge_tables(con: Connector, binned: b.Binned, old: SynopsisTables, new: SynopsisTables, infos: list,

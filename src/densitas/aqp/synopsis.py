@@ -324,6 +324,11 @@ class Synopsis:
             got = self._spreads[j] = (lower, upper, _point_bins(self.infos[j], lower, upper))
         return got
 
+    def _keeps_every_row(self, j: int, ivals: list) -> bool:
+        """Whether the condition on ``j`` keeps every row of the table (whole bins, no NULLs): no predicate for the
+        model, and no terms for the fit (``visits >= 1`` on a column whose least value is 1)."""
+        return bool(np.all((self._fractions(j, ivals) >= 1.0) | (self.fine[j] == 0)))
+
     def _fractions(self, j: int, ivals: list) -> np.ndarray:
         """(B_j + 1,): the share of each fine bin's rows that satisfy the condition (bin 0, NULL, never)."""
         info = self.infos[j]
@@ -393,7 +398,7 @@ class Synopsis:
             if g not in self.group_by:
                 raise UnsupportedQueryError(self._missing(g, "GROUP BY"))
         box, gmask = self._box(q)
-        cols = tuple(sorted(box))
+        cols = tuple(u for u in sorted(box) if not self._keeps_every_row(u, box[u]))
         needs = []
         for a in q.aggregates:
             if a.column is None:
@@ -806,12 +811,17 @@ class Synopsis:
         t = 1
         tots, sparse, sparse_tots = [], [], []
         Ek = [self._expect(comp, tree.adj, kp, memo) for comp in tree.comps] if len(tree.comps) > 1 else []
-        for u in S:  # the model's prediction given u's fine bin (all roots share the model's total)
+        own = j if kind in SUM_KINDS and j in phis else None  # a SUM or AVG of a predicate column
+        for u in ([own] + [u for u in S if u != own]) if own is not None else S:
+            # the model's prediction given u's fine bin (all roots share the model's total); the first is the
+            # difference estimator's (estimator module)
             ci = tree.comp_of[u]
-            f = self._root_message(u, tree, kp, memo)
-            if len(Ek) > 1:  # times the other components' expectations (independent of this one)
-                f = f * np.prod([Ek[c] for c in range(len(Ek)) if c != ci], axis=0)[:, None]
-            rows.at(f, u, out=X[t])
+            others = np.prod([Ek[c] for c in range(len(Ek)) if c != ci], axis=0)[:, None] if len(Ek) > 1 else 1.0
+            f = self._root_message(u, tree, kp, memo) * others
+            if u == own:  # the row's own value where f has its bin's mean (_own_value_term)
+                self._own_value_term(key, u, tree, phis, rows, others, X[t])
+            else:
+                rows.at(f, u, out=X[t])
             t += 1
             tots.append((self.fine[u] * f).sum(axis=1))
             for pos, vals, tot in self._edge_terms(u, phis[u], f, rows):
@@ -839,6 +849,18 @@ class Synopsis:
                 t += 1
                 tots.append((self.fine[j] * self._value_factor(key) * ph).sum(axis=1))
         return Auxiliaries.from_design(X[:t], np.stack(tots + sparse_tots, axis=1), sparse)
+
+    def _own_value_term(self, key, u: int, tree: _Forest, phis: dict, rows: _Rows, others, out: np.ndarray
+                        ) -> None:
+        """For a SUM or AVG key of the predicate column ``u``: the model's prediction with each row's own value in
+        place of its fine bin's mean, written into ``out``. The model's message at ``u`` is the bin's mean value
+        times the count's message (the box's share and the other columns' expectations given the bin), so the
+        term's total is the same, exact from the fine bins' sums; but where the box keeps whole bins it *is* the
+        row's ``y`` and the answer is exact, where the bin's mean left the difference estimator every row's
+        departure from it (births or a heavy-tailed count: SUM(v) WHERE v >= 1 over every row, 4% off on the
+        synthetic table's ``visits``, values 1 to 10,000)."""
+        m = self._root_message(u, tree, phis) * others  # per unit of value: the count's message
+        np.multiply(rows.key_values(key), rows.at(m, u), out=out)
 
     def _edge_terms(self, u: int, ph: np.ndarray, f: np.ndarray,
                     rows: _Rows) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
