@@ -13,8 +13,10 @@ combination of ``G`` values present (a *group*):
   storage). Independent pairs keep their probe grid where the budget has room (the regression estimator's
   interaction term: :func:`choose_pair_resolutions`);
 * a seeded, stratified random sample of rows, which checks the model for bias on every query and feeds the
-  KDE estimator (see :mod:`densitas.aqp.synopsis`); its rows count against the budget at their compact cost
-  (:func:`sample_row_bytes`), as the table's storage is counted compressed.
+  KDE estimator (see :mod:`densitas.aqp.synopsis`).
+
+Every stored row counts against the budget at its compact cost (:class:`RowCosts`: the sample's rows at
+:func:`sample_row_bytes`, the grids' at the bits of their fields), as the table's storage is counted compressed.
 
 Everything is written to the ``densitas`` schema of the same database inside one transaction: a build that
 fails leaves the previous synopsis of the table untouched and usable. The tables and their columns are those of
@@ -24,7 +26,8 @@ fails leaves the previous synopsis of the table untouched and usable. The tables
 
 1. :func:`resolve_columns`: the synopsis columns and GROUP BY columns, checked against the table;
 2. :func:`read_statistics`: row count, per-column NULLs, range and distinct count, the data fingerprint;
-3. :func:`count_groups` and :func:`plan_bins`: the groups, the byte budget and the bins per column;
+3. :func:`count_groups` and :func:`plan_bins`: the groups, the byte budget, what each stored row counts for
+   (:func:`row_costs`) and the bins per column;
 4. :func:`find_bin_edges`: distinct values (discrete columns) or quantile edges (the others);
    then, inside the transaction,
 5. :func:`write_groups`: the group table (group id, GROUP BY values, rows);
