@@ -69,8 +69,8 @@ from densitas.aqp.store import (
     SCHEMA,
     SynopsisTables,
     catalog_ids,
-    count_rows,
     cell_map,
+    count_rows,
     drop_synopsis,
     edges_layout,
     ensure_schema,
@@ -78,7 +78,6 @@ from densitas.aqp.store import (
     pairs_layout,
     sample_layout,
     set_build_seconds,
-    stored_bytes,
     sums_layout,
     write_catalog,
 )

@@ -72,7 +72,7 @@ from sqlglot import exp
 from densitas.aqp import build as b
 from densitas.aqp.columns import ColumnInfo
 from densitas.aqp.connector import Connector, DuckDBConnector
-from densitas.aqp.store import FORMAT_VERSION, SynopsisTables, catalog_ids, ensure_schema
+from densitas.aqp.store import FORMAT_VERSION, SynopsisTables, catalog_ids, ensure_schema, stored_bytes
 from densitas.exceptions import InputError, StaleSynopsisError
 
 __all__ = ["PROBE_SAMPLE_ROWS", "ParquetSource", "build_parquet", "check_fingerprint", "file_rows", "parquet_files"]
@@ -519,7 +519,7 @@ def build_parquet(con: Connector, name: str, files: str | Sequence[str], columns
                                        "build": dataclasses.asdict(opts),
                                        "parquet": {"files": paths, "rows": plan.rows}}),
                 "bandwidths": json.dumps(bandwidths),
-                "size_bytes": b.stored_bytes(con, tables, "marg", "sums", "pairs", "sample", "edges", "groups"),
+                "size_bytes": stored_bytes(con, tables, "marg", "sums", "pairs", "sample", "edges", "groups"),
                 "table_bytes": info["table_bytes"]}
         b.swap_catalog(con, meta, old_ids)
     meta["build_seconds"] = time.perf_counter() - t0
