@@ -15,8 +15,9 @@ combination of ``G`` values present (a *group*):
 * a seeded, stratified random sample of rows, which checks the model for bias on every query and feeds the
   KDE estimator (see :mod:`densitas.aqp.synopsis`).
 
-Every stored row counts against the budget at its compact cost (:class:`RowCosts`: the sample's rows at
-:func:`sample_row_bytes`, the grids' at the bits of their fields), as the table's storage is counted compressed.
+The sample's and the grids' rows count against the budget at their compact cost (:class:`RowCosts`: the sample's
+at :func:`sample_row_bytes`, the grids' at the bits of their fields), as the table's storage is counted
+compressed; the small bin-edge and group tables at their nominal widths.
 
 Everything is written to the ``densitas`` schema of the same database inside one transaction: a build that
 fails leaves the previous synopsis of the table untouched and usable. The tables and their columns are those of
@@ -840,7 +841,7 @@ def sum_bits(info: ColumnInfo, n_rows: int) -> int:
 @dataclass(frozen=True)
 class RowCosts:
     """Bytes one stored row of the histograms, sum grids, pair grids and sample counts for against the budget
-    (the small ``edges`` and ``groups`` tables count at their layouts' widths).
+    (the small ``edges`` and ``groups`` tables count at their layouts' widths, as before).
 
     The budget is a fraction of the table's *compressed* storage, and DuckDB stores a synopsis' tables
     compressed as well (integers frame-of-reference bit-packed, doubles on a decimal grid by ALP): so that the
@@ -873,16 +874,18 @@ class RowCosts:
 
     @classmethod
     def compact(cls, infos: Sequence[ColumnInfo], n_groups: int, n_rows: int, opts: BuildOptions) -> RowCosts:
-        """Each grid row at the bits its fields need: an index at the bits of its range (``col`` 1 + 6 + 10 +
-        19 + 34 bits above: two columns, 35 groups, 528 bins, 336,777 counts, a sum of 336,776 dates), a count
-        at the bits of ``n_rows``, a sum at :func:`sum_bits` (the widest column's for the histograms, whose
-        ``s`` holds each column's sums in turn); the sample's rows at :func:`sample_row_bytes`."""
+        """Each grid row at the bits its fields need: an index at the bits of its range (a histogram row is
+        1 + 6 + 10 + 19 + 34 bits above: two columns, 35 groups, 528 bins, counts to 336,776, a sum of 336,776
+        dates; a sum-grid cell as a bin: its grid is at most as fine as the column's bins), a count at the bits
+        of ``n_rows``, a sum at :func:`sum_bits` (the widest column's for the histograms, whose ``s`` holds each
+        column's sums in turn); the sample's rows at :func:`sample_row_bytes`. An accounting model, not a
+        measurement: it takes every sum to lie on its column's value grid, as ALP stores a DOUBLE that does."""
         k = len(infos)
         index = _bits(k) + _bits(n_groups)
         count = _bits(n_rows + 1)
         bins = _bits(max(min(info.distinct, opts.max_bins) for info in infos) + 1)
         marg = index + bins + count + max(sum_bits(info, n_rows) for info in infos)
-        sums = (index + _bits(opts.max_pair_res + 1) + count
+        sums = (index + bins + count
                 + sum(sum_bits(info, n_rows) + (count if info.nullable else 0) for info in infos if info.numeric))
         pairs = _bits(k * (k - 1) // 2) + _bits(n_groups) + 2 * _bits(opts.max_pair_res + 1) + count
         return cls(marg=marg / 8, sums=sums / 8, pairs=pairs / 8, sample=sample_row_bytes(infos, n_groups))

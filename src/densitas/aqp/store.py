@@ -6,8 +6,9 @@ Every synopsis lives in the ``densitas`` schema of the database it describes:
   data fingerprint, columns and their kinds as JSON, the pair grids chosen, the options, the KDE bandwidths,
   its size);
 * six tables per synopsis, named ``<kind>_<id>``, each described once below by a :class:`TableLayout` (column
-  names and SQL types). The layouts create the tables and give their stored size (rows times the widths of
-  the column types), so that what the build counts against its byte budget is what it writes.
+  names and SQL types). The layouts create the tables and give their nominal size (rows times the widths of
+  the column types: :func:`stored_bytes`); the build counts the sample's and grids' rows against its byte
+  budget at their compact cost instead (``densitas.aqp.build.RowCosts``), as DuckDB stores them compressed.
 
 =========  ========================================================================================
 kind       rows

@@ -325,9 +325,16 @@ class Synopsis:
         return got
 
     def _keeps_every_row(self, j: int, ivals: list) -> bool:
-        """Whether the condition on ``j`` keeps every row of the table (whole bins, no NULLs): no predicate for the
-        model, and no terms for the fit (``visits >= 1`` on a column whose least value is 1)."""
-        return bool(np.all((self._fractions(j, ivals) >= 1.0) | (self.fine[j] == 0)))
+        """Whether the condition on ``j`` keeps every row of the table: the column has no NULLs and one of the
+        condition's intervals holds its whole range, bounds' strictness included (``visits >= 1`` on a column
+        whose least value is 1; not ``x > 0`` where x's least value is 0). Then it is no predicate for the model
+        and adds no terms to the fit. Decided on the bounds, not the model's shares, which spread a bin's rows
+        over its range and count a strict bound at the least value as keeping them all."""
+        info = self.infos[j]
+        if self.fine[j][:, 0].any():
+            return False
+        return any((lo < info.lo or (lo == info.lo and loi)) and (hi > info.hi or (hi == info.hi and hii))
+                   for lo, loi, hi, hii in ivals)
 
     def _fractions(self, j: int, ivals: list) -> np.ndarray:
         """(B_j + 1,): the share of each fine bin's rows that satisfy the condition (bin 0, NULL, never)."""
@@ -776,7 +783,7 @@ class Synopsis:
         (:data:`MIN_SUPPORT`), which the engine reports in ``df.attrs["warnings"]``.
         """
         box, _ = self._box(q)
-        S = sorted(box)
+        S = [u for u in sorted(box) if not self._keeps_every_row(u, box[u])]  # as estimate() reads the box
         return self._support(self._rows(S, box, None) if S else None)
 
     def _support(self, rows: _Rows | None) -> np.ndarray:
@@ -855,10 +862,10 @@ class Synopsis:
         """For a SUM or AVG key of the predicate column ``u``: the model's prediction with each row's own value in
         place of its fine bin's mean, written into ``out``. The model's message at ``u`` is the bin's mean value
         times the count's message (the box's share and the other columns' expectations given the bin), so the
-        term's total is the same, exact from the fine bins' sums; but where the box keeps whole bins it *is* the
-        row's ``y`` and the answer is exact, where the bin's mean left the difference estimator every row's
-        departure from it (births or a heavy-tailed count: SUM(v) WHERE v >= 1 over every row, 4% off on the
-        synthetic table's ``visits``, values 1 to 10,000)."""
+        term's total is the same, exact from the fine bins' sums; but where the box keeps whole bins of ``u`` and
+        has no other predicate it *is* the row's ``y`` and the answer is exact, where the bin's mean left the
+        difference estimator every row's departure from it (a heavy-tailed count: ``SUM(visits) WHERE visits >=
+        2`` on the synthetic table, values 1 to 10,000, was percents off)."""
         m = self._root_message(u, tree, phis) * others  # per unit of value: the count's message
         np.multiply(rows.key_values(key), rows.at(m, u), out=out)
 
