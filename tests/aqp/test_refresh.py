@@ -91,6 +91,26 @@ def test_a_merged_synopsis_counts_every_row(any_engine):
         assert np.allclose(got["v"].to_numpy(float), want["v"].to_numpy(float), rtol=1e-9), sql
 
 
+def test_a_merged_synopsis_counts_its_rows_at_the_new_row_count(any_engine):
+    """The compact cost of a count field grows with the table's rows: 1,000 rows appended to 1,000 cross 1,024,
+    so the merged synopsis' size must be counted with the new row count's bits, not the build's."""
+    from densitas.aqp import build as b
+
+    load(any_engine, "t", TABLE.format(lo=0, hi=1000))
+    any_engine.build("t", group_by=["g"], columns=["q", "x", "y"], sample_size=500, max_bins=40,
+                     bandwidth="silverman", **_key(any_engine))
+    _append(any_engine, 1000, 2000)
+    meta = any_engine.refresh("t")
+    assert meta["refresh"] == "merged", meta.get("refresh_reason")
+    st = store.read(any_engine.con, "t")
+    tables = store.SynopsisTables.of(meta["id"], st.infos, [("g", "VARCHAR")])
+    rows = store.count_rows(any_engine.con, tables.table("sample"))
+    opts = b.BuildOptions(max_bins=40)
+    now = b.synopsis_bytes(any_engine.con, tables, rows, b.RowCosts.compact(st.infos, 3, 2000, opts))
+    then = b.synopsis_bytes(any_engine.con, tables, rows, b.RowCosts.compact(st.infos, 3, 1000, opts))
+    assert meta["size_bytes"] == now and now > then
+
+
 def test_merged_answers_meet_the_goals_of_a_fresh_build(any_engine):
     """Build on 90%, append 10%, refresh: over fresh sample seeds, the merged synopsis' intervals cover the exact
     answers at about 95% from both sides, and its errors are no worse than a fresh build's of the whole table."""
