@@ -869,8 +869,8 @@ class RowCosts:
         """Each row at its columns' SQL type widths (see :mod:`densitas.aqp.store`)."""
         numeric = [j for j, info in enumerate(infos) if info.numeric]
         nullable = [j for j in numeric if infos[j].nullable]
-        return cls(marg=marg_layout().row_bytes, sums=sums_layout(numeric, nullable).row_bytes,
-                   pairs=pairs_layout().row_bytes, sample=sample_layout(len(infos)).row_bytes)
+        return cls(marg=MARG_CELL_BYTES, sums=sums_layout(numeric, nullable).row_bytes, pairs=PAIR_CELL_BYTES,
+                   sample=sample_layout(len(infos)).row_bytes)
 
     @classmethod
     def compact(cls, infos: Sequence[ColumnInfo], n_groups: int, n_rows: int, opts: BuildOptions) -> RowCosts:

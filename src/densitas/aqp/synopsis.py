@@ -570,7 +570,7 @@ class Synopsis:
         y = scratch("targets", (len(keys), len(rows.idx)))  # each key's y·1_B, key by key
         for t, k in enumerate(keys):
             np.multiply(rows.key_values(k), rows.inside, out=y[t])
-        aux = [self._auxiliaries(k, S, phis, kp, tree, rows, _shared_messages(memo, tree, phis, kp), slot)
+        aux = [self._auxiliaries(k, S, phis, kp, tree, rows, _shared_messages(memo, tree, phis, kp), memo, slot)
                for slot, (k, kp) in enumerate(zip(keys, keyphis, strict=True))]
         totals = regression_totals(y.T, aux, rows.gid, self.N, self.n)
         # the placement variance: relative (_placement) times count² times E[(Σ w y)²] among the group's rows, a
@@ -803,11 +803,13 @@ class Synopsis:
         ``u``'s fine bin, times the bin's own factor."""
         return self._lam(u, None, tree.adj, factors, memo)
 
-    def _auxiliaries(self, key, S, phis, kp, tree: _Forest, rows: _Rows, memo: dict, slot: int = 0) -> Auxiliaries:
+    def _auxiliaries(self, key, S, phis, kp, tree: _Forest, rows: _Rows, memo: dict, box_memo: dict, slot: int = 0
+                     ) -> Auxiliaries:
         """The key's auxiliary functions on the query's sample rows ``rows``: each a function of one fine bin,
         one pair grid's cells or one sum grid's cells whose population total per group the synopsis holds
         exactly. The dense terms are written straight into the fit's design (row 0 its intercept), valid until this
-        thread's next query."""
+        thread's next query. ``memo`` keeps the messages under the key's factors ``kp``, ``box_memo`` those under
+        the box's own ``phis`` (the row-count key's, computed first)."""
         G = len(self.N)
         kind, j = key
         pairs = [(cols, pair) for cols, pair in self.pairs.items() if cols[0] in kp and cols[1] in kp]
@@ -826,7 +828,7 @@ class Synopsis:
             others = np.prod([Ek[c] for c in range(len(Ek)) if c != ci], axis=0)[:, None] if len(Ek) > 1 else 1.0
             f = self._root_message(u, tree, kp, memo) * others
             if u == own:  # the row's own value where f has its bin's mean (_own_value_term)
-                self._own_value_term(key, u, tree, phis, rows, others, X[t])
+                self._own_value_term(key, u, tree, phis, rows, others, box_memo, X[t])
             else:
                 rows.at(f, u, out=X[t])
             t += 1
@@ -857,8 +859,8 @@ class Synopsis:
                 tots.append((self.fine[j] * self._value_factor(key) * ph).sum(axis=1))
         return Auxiliaries.from_design(X[:t], np.stack(tots + sparse_tots, axis=1), sparse)
 
-    def _own_value_term(self, key, u: int, tree: _Forest, phis: dict, rows: _Rows, others, out: np.ndarray
-                        ) -> None:
+    def _own_value_term(self, key, u: int, tree: _Forest, phis: dict, rows: _Rows, others, box_memo: dict,
+                        out: np.ndarray) -> None:
         """For a SUM or AVG key of the predicate column ``u``: the model's prediction with each row's own value in
         place of its fine bin's mean, written into ``out``. The model's message at ``u`` is the bin's mean value
         times the count's message (the box's share and the other columns' expectations given the bin), so the
@@ -866,7 +868,7 @@ class Synopsis:
         has no other predicate it *is* the row's ``y`` and the answer is exact, where the bin's mean left the
         difference estimator every row's departure from it (a heavy-tailed count: ``SUM(visits) WHERE visits >=
         2`` on the synthetic table, values 1 to 10,000, was percents off)."""
-        m = self._root_message(u, tree, phis) * others  # per unit of value: the count's message
+        m = self._root_message(u, tree, phis, box_memo) * others  # per unit of value: the count's message
         np.multiply(rows.key_values(key), rows.at(m, u), out=out)
 
     def _edge_terms(self, u: int, ph: np.ndarray, f: np.ndarray,
