@@ -25,7 +25,7 @@ def _parts(eng: Engine, sql: str, monkeypatch) -> tuple[float, float, float]:
         m.setattr(GroupTotals, "residual_variance", lambda self, gids, ss, ks: np.zeros(len(gids)))
         placement = _half_width(eng, sql)
     with monkeypatch.context() as m:
-        m.setattr(syn_mod.Synopsis, "_placement", lambda self, S, phis, box: np.zeros(len(self.N)))
+        m.setattr(syn_mod.Synopsis, "_placement", lambda self, S, phis, box, ends=None: np.zeros(len(self.N)))
         residual = _half_width(eng, sql)
     return both, placement, residual
 

@@ -590,31 +590,83 @@ def _drop(con: Connector, tbl: exp.Table) -> None:
 
 def write_histograms(con: Connector, tables: SynopsisTables, binned: Binned, infos: list[ColumnInfo]) -> None:
     """The fine 1-D histograms (exact count and sum per group and bin), and the edges with each bin's occupied
-    range over the whole table (its smallest and largest value: the model spreads the bin's rows over it)."""
+    range over the whole table (its smallest and largest value: the model spreads the bin's rows over it) and
+    the rows at either end (:func:`occupied`)."""
     marg = tables.marg.table(tables.id)
     con.execute(tables.marg.create(tables.id))
-    frames = []
-    for j, info in enumerate(infos):
+    occ = []
+    for j in range(len(infos)):
         hist = sqlglot.select(_num(j), _col("gid"), binned.b(j), _count(), exp.Sum(this=binned.v(j))) \
             .from_(binned.table).group_by(_col("gid"), binned.b(j))
         con.execute(exp.insert(hist, marg))
-        occupied = sqlglot.select(exp.alias_(binned.b(j), "bin", quoted=True),
-                                  exp.alias_(exp.Min(this=binned.v(j)), "vmin", quoted=True),
-                                  exp.alias_(exp.Max(this=binned.v(j)), "vmax", quoted=True)) \
-            .from_(binned.table).where(binned.b(j) > _num(0)).group_by(binned.b(j))
-        occ = con.fetch_df(occupied)
-        vmin = np.full(info.bins, np.nan)
-        vmax = np.full(info.bins, np.nan)
-        idx = occ["bin"].to_numpy(dtype=np.int64) - 1
-        vmin[idx] = occ["vmin"].to_numpy(dtype=np.float64)
-        vmax[idx] = occ["vmax"].to_numpy(dtype=np.float64)
+        occ.append(con.fetch_df(occupied(binned, j)))
+    con.execute(tables.edges.create(tables.id))
+    con.insert_frame(tables.edges.table(tables.id), edges_frame(infos, pd.concat(occ, ignore_index=True)))
+
+
+OCCUPIED = ("vmin", "vmax", "nmin", "nmax")
+
+
+def occupied(binned: Binned, j: int) -> exp.Select:
+    """Per non-empty fine bin of column ``j``: ``(col, bin, vmin, vmax, nmin, nmax)``, its smallest and largest
+    value and the rows holding each (two passes: the ends, then the rows at them)."""
+    ends = sqlglot.select(exp.alias_(binned.b(j), "bin", quoted=True),
+                          exp.alias_(exp.Min(this=binned.v(j)), "vmin", quoted=True),
+                          exp.alias_(exp.Max(this=binned.v(j)), "vmax", quoted=True)) \
+        .from_(binned.table).where(binned.b(j) > _num(0)).group_by(binned.b(j))
+
+    def rows_at(end: str) -> exp.Expression:
+        return exp.Sum(this=exp.case().when(exp.column(f"v{j}", "t", quoted=True).eq(_col(end, "e")), _num(1))
+                       .else_(_num(0)))
+
+    return sqlglot.select(exp.alias_(_num(j), "col", quoted=True), _col("bin", "e"), _col("vmin", "e"),
+                          _col("vmax", "e"), exp.alias_(rows_at("vmin"), "nmin", quoted=True),
+                          exp.alias_(rows_at("vmax"), "nmax", quoted=True)) \
+        .from_(exp.alias_(binned.table, "t", table=True, quoted=True)) \
+        .join(ends.subquery("e"), on=exp.column(f"b{j}", "t", quoted=True).eq(_col("bin", "e"))) \
+        .group_by(_col("bin", "e"), _col("vmin", "e"), _col("vmax", "e"))
+
+
+def merge_occupied(parts: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """Bins' occupied ranges from parts of the table (:func:`occupied`'s columns): the least ``vmin`` and its
+    rows summed over the parts whose ``vmin`` it is, the greatest ``vmax`` likewise.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> a = pd.DataFrame({"col": [0], "bin": [1], "vmin": [2.0], "vmax": [9.0], "nmin": [3], "nmax": [1]})
+    >>> b = pd.DataFrame({"col": [0], "bin": [1], "vmin": [2.0], "vmax": [7.0], "nmin": [4], "nmax": [5]})
+    >>> merge_occupied([a, b])[["vmin", "vmax", "nmin", "nmax"]].values.tolist()
+    [[2.0, 9.0, 7.0, 1.0]]
+    """
+    occ = pd.concat(parts, ignore_index=True)
+    occ = occ.loc[occ["vmin"].notna()]
+    key = ["col", "bin"]
+    ends = occ.groupby(key, as_index=False).agg(lo=("vmin", "min"), hi=("vmax", "max"))
+    occ = occ.merge(ends, on=key)
+    occ["nmin"] = np.where(occ["vmin"] == occ["lo"], occ["nmin"], 0)
+    occ["nmax"] = np.where(occ["vmax"] == occ["hi"], occ["nmax"], 0)
+    out = occ.groupby(key, as_index=False).agg(vmin=("lo", "first"), vmax=("hi", "first"), nmin=("nmin", "sum"),
+                                              nmax=("nmax", "sum"))
+    return out.astype({"vmin": np.float64, "vmax": np.float64, "nmin": np.float64, "nmax": np.float64})
+
+
+def edges_frame(infos: Sequence[ColumnInfo], occ: pd.DataFrame) -> pd.DataFrame:
+    """The edges table's rows: per column and bin the lower edge and the occupied range with the rows at its ends
+    (``occ``, :func:`occupied`'s columns; NULL where a bin is empty)."""
+    frames = []
+    for j, info in enumerate(infos):
+        o = occ.loc[occ["col"] == j]
+        idx = o["bin"].to_numpy(dtype=np.int64) - 1
+        cols = {}
+        for c in OCCUPIED:
+            a = np.full(info.bins, np.nan)
+            a[idx] = o[c].to_numpy(dtype=np.float64)
+            cols[c] = pd.array(np.where(np.isnan(a), None, a), dtype="Float64" if c[0] == "v" else "Int64")
         frames.append(pd.DataFrame({"col": np.full(info.bins, j, dtype=np.int32),
                                     "bin": np.arange(1, info.bins + 1, dtype=np.int32),
-                                    "lo": info.edges.astype(np.float64),
-                                    "vmin": pd.array(np.where(np.isnan(vmin), None, vmin), dtype="Float64"),
-                                    "vmax": pd.array(np.where(np.isnan(vmax), None, vmax), dtype="Float64")}))
-    con.execute(tables.edges.create(tables.id))
-    con.insert_frame(tables.edges.table(tables.id), pd.concat(frames, ignore_index=True))
+                                    "lo": info.edges.astype(np.float64), **cols}))
+    return pd.concat(frames, ignore_index=True)
 
 
 def write_sum_grids(con: Connector, tables: SynopsisTables, binned: Binned, infos: list[ColumnInfo], plan: Plan,

@@ -62,6 +62,10 @@ class ColumnInfo:
     # smallest and largest value each bin holds in the table (NaN where empty): rows are spread over these
     occupied_min: np.ndarray = field(default_factory=lambda: np.zeros(0))
     occupied_max: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # rows of the table at each bin's smallest and largest value (empty where unknown): the model keeps them
+    # there as point masses, so that a bound at a bin's end (``x < max(x)``) cuts them exactly
+    count_at_min: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    count_at_max: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @property
     def column(self) -> exp.Column:
@@ -121,10 +125,13 @@ class ColumnInfo:
 
     @classmethod
     def from_dict(cls, d: dict, edges: np.ndarray, occupied_min: np.ndarray | None = None,
-                  occupied_max: np.ndarray | None = None) -> ColumnInfo:
-        empty = np.zeros(0)
-        return cls(edges=edges, occupied_min=empty if occupied_min is None else occupied_min,
-                   occupied_max=empty if occupied_max is None else occupied_max, **d)
+                  occupied_max: np.ndarray | None = None, count_at_min: np.ndarray | None = None,
+                  count_at_max: np.ndarray | None = None) -> ColumnInfo:
+        def given(a: np.ndarray | None) -> np.ndarray:
+            return np.zeros(0) if a is None else a
+
+        return cls(edges=edges, occupied_min=given(occupied_min), occupied_max=given(occupied_max),
+                   count_at_min=given(count_at_min), count_at_max=given(count_at_max), **d)
 
 
 def to_number(info: ColumnInfo, value: object, where: str) -> float:

@@ -286,10 +286,7 @@ def partition_synopsis(plan: PartitionPlan, index: int) -> dict[str, Any]:
             sqlglot.select(_a(b._num(j), "col"), b._col("gid"), _a(binned.b(j), "bin"), _a(count.copy(), "n"),
                            _a(exp.Sum(this=binned.v(j)), "s")).from_(binned.table).group_by(b._col("gid"), binned.b(j))
             for j in range(k)]))
-        out["occupied"] = con.fetch_df(_union([
-            sqlglot.select(_a(b._num(j), "col"), _a(binned.b(j), "bin"), _a(exp.Min(this=binned.v(j)), "vmin"),
-                           _a(exp.Max(this=binned.v(j)), "vmax"))
-            .from_(binned.table).where(binned.b(j) > b._num(0)).group_by(binned.b(j)) for j in range(k)]))
+        out["occupied"] = con.fetch_df(_union([b.occupied(binned, j) for j in range(k)]))
         numeric = [j for j, info in enumerate(infos) if info.numeric]
         nullable = [j for j in numeric if infos[j].nullable]
         names = ["n", *(f"s{j}" for j in numeric), *(f"nn{j}" for j in nullable)]
@@ -359,18 +356,8 @@ def merge_partials(plan: PartitionPlan, parts: list[dict]) -> Merged:
                          "cell": sums["cell"].astype(np.int16),
                          **{c: _nullable(sums[c]) if c.startswith("s") else sums[c].astype(np.int64)
                             for c in value_cols}})
-    occ = pd.concat([p["occupied"] for p in parts], ignore_index=True).groupby(["col", "bin"], as_index=False) \
-        .agg(vmin=("vmin", "min"), vmax=("vmax", "max"))
-    frames = []
-    for j, info in enumerate(plan.infos):
-        vmin, vmax = np.full(info.bins, np.nan), np.full(info.bins, np.nan)
-        o = occ.loc[occ["col"] == j]
-        idx = o["bin"].to_numpy(dtype=np.int64) - 1
-        vmin[idx], vmax[idx] = o["vmin"].to_numpy(dtype=np.float64), o["vmax"].to_numpy(dtype=np.float64)
-        frames.append(pd.DataFrame({"col": np.full(info.bins, j, dtype=np.int32),
-                                    "bin": np.arange(1, info.bins + 1, dtype=np.int32),
-                                    "lo": info.edges.astype(np.float64), "vmin": _nullable(vmin),
-                                    "vmax": _nullable(vmax)}))
+    occ = b.merge_occupied([p["occupied"] for p in parts])
+    frames = [b.edges_frame(plan.infos, occ)]
     finest = {}
     for pair in plan.candidates:
         res = parts[0]["finest"][pair][0]

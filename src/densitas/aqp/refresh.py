@@ -111,20 +111,15 @@ def _sum_merge(con: Connector, target: exp.Table, old: exp.Table, delta: exp.Que
 
 
 def _edges_frame(infos: list, occ: pd.DataFrame) -> pd.DataFrame:
-    """The edges table's rows: lower edges, each bin's occupied range widened to the appended values'."""
-    frames = []
+    """The edges table's rows: lower edges, each bin's occupied range widened to the appended values' (``occ``,
+    :func:`~densitas.aqp.build.occupied`'s columns), the rows at its ends counted again where an end moved."""
+    old = []
     for j, info in enumerate(infos):
-        vmin, vmax = info.occupied_min.copy(), info.occupied_max.copy()
-        o = occ.loc[occ["col"] == j]
-        idx = o["bin"].to_numpy(dtype=np.int64) - 1
-        vmin[idx] = np.fmin(vmin[idx], o["vmin"].to_numpy(dtype=np.float64))
-        vmax[idx] = np.fmax(vmax[idx], o["vmax"].to_numpy(dtype=np.float64))
-        frames.append(pd.DataFrame({"col": np.full(info.bins, j, dtype=np.int32),
-                                    "bin": np.arange(1, info.bins + 1, dtype=np.int32),
-                                    "lo": info.edges.astype(np.float64),
-                                    "vmin": pd.array(np.where(np.isnan(vmin), None, vmin), dtype="Float64"),
-                                    "vmax": pd.array(np.where(np.isnan(vmax), None, vmax), dtype="Float64")}))
-    return pd.concat(frames, ignore_index=True)
+        counts = {c: getattr(info, a) if len(getattr(info, a)) == info.bins else np.zeros(info.bins)
+                  for c, a in (("nmin", "count_at_min"), ("nmax", "count_at_max"))}
+        old.append(pd.DataFrame({"col": j, "bin": np.arange(1, info.bins + 1), "vmin": info.occupied_min,
+                                 "vmax": info.occupied_max, **counts}))
+    return b.edges_frame(infos, b.merge_occupied([*old, occ]))
 
 
 def _misfit(con: Connector, binned: b.Binned, infos: list, delta_rows: int) -> str | None:
@@ -237,12 +232,7 @@ def refresh(con: Connector, table: str, *, verify: bool = False) -> RefreshResul
             reason = None
             _merge_tables(con, binned, old, new, infos, grids)
             sample_rows = _merge_sample(con, binned, old, new, opts)
-            occ = con.fetch_df(_union([
-                sqlglot.select(exp.alias_(b._num(j), "col", quoted=True), exp.alias_(binned.b(j), "bin", quoted=True),
-                               exp.alias_(exp.Min(this=binned.v(j)), "vmin", quoted=True),
-                               exp.alias_(exp.Max(this=binned.v(j)), "vmax", quoted=True))
-                .from_(binned.table).where(binned.b(j) > b._num(0)).group_by(binned.b(j))
-                for j in range(len(infos))]))
+            occ = con.fetch_df(_union([b.occupied(binned, j) for j in range(len(infos))]))
             con.execute(new.edges.create(new.id))
             con.insert_frame(new.edges.table(new.id), _edges_frame(infos, occ))
             b._drop(con, binned.table)

@@ -18,7 +18,7 @@ kind       rows
            column's sum ``s<k>`` and (nullable columns) non-NULL count ``nn<k>``
 ``pairs``  per stored pair grid, group and non-empty cell ``(c0, c1)``: the row count ``n``
 ``sample`` the stratified sample: group id and each column's value ``v<j>`` on its numeric line
-``edges``  per column and bin: lower edge ``lo`` and the smallest/largest value the bin holds
+``edges``  per column and bin: lower edge ``lo``, the smallest/largest value the bin holds and the rows at each
 ``groups`` per group id: the GROUP BY values and the group's row count ``n``
 =========  ========================================================================================
 
@@ -56,8 +56,8 @@ __all__ = ["CATALOG", "FORMAT_VERSION", "INDEX_MAX", "KINDS", "SCHEMA", "StoredC
 
 SCHEMA = "densitas"
 #: Version of the stored format; a synopsis of another version must be rebuilt. 3: each bin's occupied range
-#: (``edges.vmin``/``vmax``).
-FORMAT_VERSION = 3
+#: (``edges.vmin``/``vmax``); 4: the rows at its ends (``edges.nmin``/``nmax``).
+FORMAT_VERSION = 4
 KINDS = ("marg", "sums", "pairs", "sample", "edges", "groups")
 #: bin, cell and group numbers are stored as SMALLINT: the build keeps them within this bound
 INDEX_MAX = 32767
@@ -175,8 +175,10 @@ def sample_layout(n_columns: int) -> TableLayout:
 
 
 def edges_layout() -> TableLayout:
-    """Bins: ``(col, bin)`` -> lower edge ``lo``, smallest and largest value in the bin (NULL when empty)."""
-    return TableLayout("edges", _columns("col INTEGER", "bin INTEGER", "lo DOUBLE", "vmin DOUBLE", "vmax DOUBLE"))
+    """Bins: ``(col, bin)`` -> lower edge ``lo``, smallest and largest value in the bin (NULL when empty) and
+    the table's rows at each (``nmin``, ``nmax``)."""
+    return TableLayout("edges", _columns("col INTEGER", "bin INTEGER", "lo DOUBLE", "vmin DOUBLE", "vmax DOUBLE",
+                                         "nmin BIGINT", "nmax BIGINT"))
 
 
 def groups_layout(group_columns: Sequence[tuple[str, str]]) -> TableLayout:
@@ -378,12 +380,13 @@ def read(con: Connector, table_name: str) -> StoredSynopsis:
                          f"reads version {FORMAT_VERSION}; rebuild it (densitas build / Engine.build).")
     sid = meta["id"]
     col_dicts = json.loads(meta["columns"])
-    edges = con.fetch_df(_select(table(f"edges_{sid}"), ["col", "bin", "lo", "vmin", "vmax"], ["col", "bin"]))
+    edge_cols = ("lo", "vmin", "vmax", "nmin", "nmax")
+    edges = con.fetch_df(_select(table(f"edges_{sid}"), ["col", "bin", *edge_cols], ["col", "bin"]))
     infos = []
     for j, d in enumerate(col_dicts):
         e = edges.loc[edges["col"] == j]
         infos.append(ColumnInfo.from_dict(d, *(e[c].to_numpy(dtype=np.float64, na_value=np.nan)
-                                               for c in ("lo", "vmin", "vmax"))))
+                                               for c in edge_cols)))
     if len(infos) == 0:
         raise InputError(f"synopsis of {table_name!r} has no columns")
     groups = con.fetch_df(_select(table(f"groups_{sid}"), order=["gid"])).drop(columns="gid")

@@ -91,6 +91,53 @@ class _EdgeBin:
     position_total: np.ndarray
 
 
+@dataclass
+class _Ends:
+    """Per fine bin of a continuous column: its smallest and largest value ``vmin``, ``vmax``, the shares of its
+    rows (in the whole table) at each, ``a_lo`` and ``a_hi``, and the range ``[inner_lo, inner_hi)`` the others
+    are spread over (``known``: bins with such counts); for a query's box, the share of that range inside it and
+    whether each end is."""
+
+    vmin: np.ndarray
+    vmax: np.ndarray
+    a_lo: np.ndarray
+    a_hi: np.ndarray
+    inner_lo: np.ndarray
+    inner_hi: np.ndarray
+    inner_width: np.ndarray
+    known: np.ndarray
+    inner: np.ndarray | None = None
+    in_lo: np.ndarray | None = None
+    in_hi: np.ndarray | None = None
+
+    @property
+    def spread(self) -> np.ndarray:
+        """The share of the bin's rows between its ends."""
+        return np.clip(1.0 - self.a_lo - self.a_hi, 0.0, 1.0)
+
+    @property
+    def whole(self) -> np.ndarray:
+        """Whether the box keeps the whole bin."""
+        return (self.in_lo == 1) & (self.in_hi == 1) & (self.inner == 1)
+
+    def share(self) -> np.ndarray:
+        """The share of the bin's rows in the box."""
+        return np.where(self.whole, 1.0, self.a_lo * self.in_lo + self.a_hi * self.in_hi + self.spread * self.inner)
+
+    def value_share(self, mean: np.ndarray, offset: float) -> np.ndarray:
+        """(G, B): per group and bin the box's part of the bin's mean value less ``offset`` (``mean``, (G, B), the
+        bin's mean less it): the rows at the ends at their own values (their shares are the whole table's), the
+        others at the rest of the group's mean; the mean itself where the box keeps the whole bin."""
+        lo, hi = self.a_lo * (self.vmin - offset), self.a_hi * (self.vmax - offset)
+        part = lo * self.in_lo + hi * self.in_hi + self.inner * (mean - lo - hi)
+        return np.where(self.whole, mean, part)
+
+
+def _accepts(v: np.ndarray, lo: float, loi: bool, hi: float, hii: bool) -> np.ndarray:
+    """Whether each value of ``v`` satisfies ``lo <(=) v <(=) hi`` (False where NaN)."""
+    return ((v > lo) | ((v == lo) & loi)) & ((v < hi) | ((v == hi) & hii))
+
+
 class _Rows:
     """The sample rows a query reads, in sample order (so by group): every row where a target or an auxiliary of
     the query can be non-zero, and maybe more (:meth:`Synopsis._rows`); the estimator treats the others in
@@ -109,6 +156,7 @@ class _Rows:
         self._key_values: dict[tuple, np.ndarray] = {}
         self._centre_of = centre_of  # what a key subtracts from each value it sums (Synopsis._centre_of)
         self.edges: dict[int, list[_EdgeBin]] = {}  # per predicate column, its cut bins (Synopsis._edge_bins)
+        self.ends: dict[int, _Ends | None] = {}  # per predicate column, its bins' ends in the box (Synopsis._shares)
         self.inside = np.ones(len(idx), dtype=bool)  # whether the row is in the query's box (set by the caller)
 
     def position(self, sample_rows: np.ndarray) -> np.ndarray:
@@ -243,6 +291,7 @@ class Synopsis:
         self._bins_by_col: np.ndarray | None = None
         self._bin_order: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._spreads: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._ends_cache: dict[int, _Ends | None] = {}
         self._cell_bounds: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._cell_indexes: dict[int, np.ndarray] = {}
         self._bin_sum_cache: dict[int, np.ndarray] = {}
@@ -338,23 +387,76 @@ class Synopsis:
 
     def _fractions(self, j: int, ivals: list) -> np.ndarray:
         """(B_j + 1,): the share of each fine bin's rows that satisfy the condition (bin 0, NULL, never)."""
+        return self._shares(j, ivals)[0]
+
+    def _shares(self, j: int, ivals: list) -> tuple[np.ndarray, _Ends | None]:
+        """(B_j + 1,): the share of each fine bin's rows that satisfy the condition (bin 0, NULL, never), and where
+        the bins' ends are known (:meth:`_ends`), the parts it is made of (:class:`_Ends`).
+
+        A bin's rows at its smallest and largest value are point masses there, in the box or not as the
+        condition takes those values; the others are spread evenly between them. A bound at a bin's end (``x <
+        max(x)``, or a quantile edge on a column of few distinct values) so keeps or drops exactly the rows there,
+        where a spread over the whole range counted a point as holding no rows (nafld2's ``value < 13682``, the
+        largest value, kept its two rows with an interval ±0.0004 rows wide)."""
         info = self.infos[j]
         e = info.edges
         if info.discrete:
             f = np.zeros(len(e) + 1)
             for lo, loi, hi, hii in ivals:
-                ok = ((e > lo) | ((e == lo) & loi)) & ((e < hi) | ((e == hi) & hii))
-                f[1:] += ok
-            return np.minimum(f, 1.0)
+                f[1:] += _accepts(e, lo, loi, hi, hii)
+            return np.minimum(f, 1.0), None
         e, upper, point = self._spread(j)  # point: one value only, in the box or not, like a discrete bin
         width = np.where(upper > e, upper - e, 1.0)
+        ends = self._ends(j)
         f = np.zeros(len(e) + 1)
+        parts = None
+        if ends is not None:
+            inner = np.zeros(len(e))
+            at_lo, at_hi = np.zeros(len(e)), np.zeros(len(e))
         for lo, loi, hi, hii in ivals:
             L, U = _half_open(info, lo, loi, hi, hii)
             share = np.clip(np.minimum(upper, U) - np.maximum(e, L), 0.0, None) / width
-            at = ((e > lo) | ((e == lo) & loi)) & ((e < hi) | ((e == hi) & hii))
+            at = _accepts(e, lo, loi, hi, hii)
             f[1:] += np.where(point, at, share)
-        return np.minimum(f, 1.0)
+            if ends is not None:
+                takes_lo, takes_hi = _accepts(ends.vmin, lo, loi, hi, hii), _accepts(ends.vmax, lo, loi, hi, hii)
+                # no room between the ends (values v and v + step): what lies between is in where both ends are
+                inner += np.where(ends.inner_hi > ends.inner_lo,
+                                  np.clip(np.minimum(ends.inner_hi, U) - np.maximum(ends.inner_lo, L), 0.0, None)
+                                  / ends.inner_width, takes_lo & takes_hi)
+                at_lo += takes_lo
+                at_hi += takes_hi
+        if ends is not None:
+            parts = _Ends(ends.vmin, ends.vmax, ends.a_lo, ends.a_hi, ends.inner_lo, ends.inner_hi,
+                          ends.inner_width, ends.known, np.minimum(inner, 1.0), np.minimum(at_lo, 1.0),
+                          np.minimum(at_hi, 1.0))
+            f[1:] = np.where(ends.known & ~point, parts.share(), f[1:])
+        return np.minimum(f, 1.0), parts
+
+    def _ends(self, j: int) -> _Ends | None:
+        """Per fine bin of column ``j`` (continuous, not discrete): the shares of the table's bin rows at its
+        smallest and largest value, and the range between them; None where the build stored no counts."""
+        if j in self._ends_cache:
+            return self._ends_cache[j]
+        info = self.infos[j]
+        got = None
+        if len(info.count_at_min) == info.bins and len(info.occupied_min) == info.bins and not info.discrete:
+            n_b = self.fine[j][:, 1:].sum(axis=0)
+            nmin, nmax = np.nan_to_num(info.count_at_min), np.nan_to_num(info.count_at_max)
+            vmin, vmax = info.occupied_min, info.occupied_max
+            known = (n_b > 0) & (nmin > 0) & (nmax > 0) & np.isfinite(vmin) & np.isfinite(vmax) & (vmax > vmin)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                a_lo = np.where(known, nmin / np.where(n_b > 0, n_b, 1), 0.0)
+                a_hi = np.where(known, nmax / np.where(n_b > 0, n_b, 1), 0.0)
+            inner_lo = np.where(known, vmin + info.step, 0.0)
+            inner_hi = np.where(known, vmax, 0.0)
+            width = inner_hi - inner_lo
+            got = _Ends(np.where(known, vmin, np.nan), np.where(known, vmax, np.nan), a_lo, a_hi, inner_lo,
+                        inner_hi, np.where(width > 0, width, 1.0), known)
+            if not known.any():
+                got = None
+        self._ends_cache[j] = got
+        return got
 
     def _slope_var(self, j: int, ivals: list) -> np.ndarray:
         """(G,): squared disagreement, summed over the fine bins the box cuts, between the uniform spread within
@@ -368,6 +470,7 @@ class Synopsis:
         e, up, _ = self._spread(j)
         B = len(e)
         w = self.fine[j]
+        ends = self._ends(j)
         for lo, loi, hi, hii in ivals:
             L, U = _half_open(info, lo, loi, hi, hii)
             for x in (L, U):
@@ -376,6 +479,8 @@ class Synopsis:
                 i = int(np.searchsorted(e, x, side="right"))  # fine bin (1..B) holding x
                 if i < 1 or i > B or x <= e[i - 1] or x >= up[i - 1]:
                     continue
+                if ends is not None and ends.known[i - 1] and not ends.inner_lo[i - 1] < x < ends.inner_hi[i - 1]:
+                    continue  # at the bin's end rows: they are where the build counted them
                 a, b = e[i - 1], up[i - 1]
                 h, mid = b - a, (a + b) / 2
                 lo_i, hi_i = max(i - 1, 1), min(i + 1, B)
@@ -557,7 +662,9 @@ class Synopsis:
         """Per group and key the regression estimate (G, len(keys)) and a function giving per-group variances of
         linear combinations of the keys (module docstrings of this module and :mod:`densitas.aqp.estimator`)."""
         S = list(cols)
-        phis = {u: self._fractions(u, box[u]) for u in S}
+        shares = {u: self._shares(u, box[u]) for u in S}
+        phis = {u: share for u, (share, _) in shares.items()}
+        ends = {u: parts for u, (_, parts) in shares.items()}
         tree = self._forest(S)
         memo: dict = {}  # messages under the box's own factors (the row-count key's)
         E = [self._expect(comp, tree.adj, phis, memo) for comp in tree.comps]
@@ -565,8 +672,9 @@ class Synopsis:
         if not S:  # no predicate: the fine histograms hold every total exactly
             est = np.stack([self._unboxed_total(k) for k in keys], axis=1)
             return est, lambda gids, ks, ws: np.zeros(len(gids)), self._support(None)
-        keyphis = [self._key_factors(k, S, phis) for k in keys]
+        keyphis = [self._key_factors(k, S, phis, ends) for k in keys]
         rows = self._rows(S, box, phis)
+        rows.ends = ends
         y = scratch("targets", (len(keys), len(rows.idx)))  # each key's y·1_B, key by key
         for t, k in enumerate(keys):
             np.multiply(rows.key_values(k), rows.inside, out=y[t])
@@ -576,7 +684,7 @@ class Synopsis:
         # the placement variance: relative (_placement) times count² times E[(Σ w y)²] among the group's rows, a
         # quadratic form in the keys' weights through their moments, expanded as the residuals' are (N²(1 − n/N)/n:
         # a group sampled whole is exact); taken with the residuals' in one product, combined by interval_variance
-        place = self._placement(S, phis, box) * (count / np.maximum(self.N, 1)) ** 2 * totals.expansion
+        place = self._placement(S, phis, box, ends) * (count / np.maximum(self.N, 1)) ** 2 * totals.expansion
         quadratic = np.stack([totals.residual_scatter, self._moments(tuple(keys))], axis=1)  # (G, 2, K, K)
         K = len(keys)
 
@@ -628,16 +736,23 @@ class Synopsis:
             return self.mean[j] if kind == "s" else self.cmean[j]
         return (np.arange(self.fine[j].shape[1]) > 0).astype(np.float64)
 
-    def _key_factors(self, key, S, phis) -> dict[int, np.ndarray]:
+    def _key_factors(self, key, S, phis, ends: dict | None = None) -> dict[int, np.ndarray]:
         """The per-fine-bin factors of each predicate column for ``key``: the box shares, with the aggregated
-        value attached to its own column when it is a predicate column, else to the predicate column it depends
-        on most, through that column's sum grid."""
+        value attached to its own column when it is a predicate column (the rows at a bin's ends at their own
+        values where the box takes one end and not the other: :meth:`_Ends.value_share`), else to the predicate
+        column it depends on most, through that column's sum grid."""
         kind, j = key
         out = dict(phis)
         if kind == "n":
             return out
         if j in phis:
             out[j] = phis[j] * self._value_factor(key)
+            parts = (ends or {}).get(j)
+            if kind in SUM_KINDS and parts is not None:
+                offset = 0.0 if kind == "s" else self.centre[j]
+                mean = self._value_factor(key)[:, 1:]
+                use = parts.known & ~self._spread(j)[2]
+                out[j][:, 1:] = np.where(use, parts.value_share(mean, offset), out[j][:, 1:])
             return out
         u = max(S, key=lambda x: self.scores.get((min(x, j), max(x, j)), 0.0))
         out[u] = phis[u] * self._sum_ratio(u, key)
@@ -827,12 +942,20 @@ class Synopsis:
             ci = tree.comp_of[u]
             others = np.prod([Ek[c] for c in range(len(Ek)) if c != ci], axis=0)[:, None] if len(Ek) > 1 else 1.0
             f = self._root_message(u, tree, kp, memo) * others
+            refine = self._end_rows(u, phis[u], rows) if G == 1 else None
             if u == own:  # the row's own value where f has its bin's mean (_own_value_term)
-                self._own_value_term(key, u, tree, phis, rows, others, box_memo, X[t])
+                m = self._own_value_term(key, u, tree, phis, rows, others, box_memo, X[t])
+                if refine is None:  # the term's total from the bins' sums (f may hold the ends' own values)
+                    tots.append((self.fine[u] * self._value_factor(key) * m).sum(axis=1))
             else:
                 rows.at(f, u, out=X[t])
+                if refine is None:
+                    tots.append((self.fine[u] * f).sum(axis=1))
+            if refine is not None:  # one group: the rows of bins cut at an end by their own place in the box
+                pos, factor = refine
+                X[t, pos] *= factor
+                tots.append((self.fine[u] * f).sum(axis=1))
             t += 1
-            tots.append((self.fine[u] * f).sum(axis=1))
             for pos, vals, tot in self._edge_terms(u, phis[u], f, rows):
                 sparse.append((pos, vals))
                 sparse_tots.append(tot)
@@ -848,6 +971,8 @@ class Synopsis:
                 cmap, tot = self.sums[u]
                 if (kind, j) not in tot:
                     continue
+                if u == j and G == 1 and self._end_cut(j, phis[j], rows).any():
+                    continue  # its cell shares would put back the end rows the own-column terms leave out
                 q = self._cell_mean(u, phis[u], self._sum_starts(u))
                 np.multiply(v, rows.at(q, u, cmap), out=X[t])
                 t += 1
@@ -855,12 +980,19 @@ class Synopsis:
             if j in phis and kind in SUM_KINDS:  # the own column: exact per-fine-bin sums
                 ph = np.broadcast_to(phis[j], (self.fine[j].shape[1],))
                 np.multiply(v, ph.take(rows.bins(j)), out=X[t])
+                factor = self._value_factor(key) * ph
+                refine = self._end_rows(j, phis[j], rows) if G == 1 else None
+                if refine is not None:  # one group: the rows of bins cut at an end by their own place in the box
+                    pos, own_share = refine
+                    X[t, pos] *= own_share
+                    cut = self._end_cut(j, phis[j], rows)
+                    factor = np.where(cut, kp[j], factor)
                 t += 1
-                tots.append((self.fine[j] * self._value_factor(key) * ph).sum(axis=1))
+                tots.append((self.fine[j] * factor).sum(axis=1))
         return Auxiliaries.from_design(X[:t], np.stack(tots + sparse_tots, axis=1), sparse)
 
     def _own_value_term(self, key, u: int, tree: _Forest, phis: dict, rows: _Rows, others, box_memo: dict,
-                        out: np.ndarray) -> None:
+                        out: np.ndarray) -> np.ndarray:
         """For a SUM or AVG key of the predicate column ``u``: the model's prediction with each row's own value in
         place of its fine bin's mean, written into ``out``. The model's message at ``u`` is the bin's mean value
         times the count's message (the box's share and the other columns' expectations given the bin), so the
@@ -870,6 +1002,37 @@ class Synopsis:
         2`` on the synthetic table, values 1 to 10,000, was percents off)."""
         m = self._root_message(u, tree, phis, box_memo) * others  # per unit of value: the count's message
         np.multiply(rows.key_values(key), rows.at(m, u), out=out)
+        return m
+
+    def _end_cut(self, u: int, ph: np.ndarray, rows: _Rows) -> np.ndarray:
+        """(B_u + 1,): the fine bins of ``u`` the box cuts at one of their ends only (:meth:`_end_rows`)."""
+        parts = rows.ends.get(u)
+        ph = np.asarray(ph).reshape(-1)
+        cut = np.zeros(len(ph), dtype=bool)
+        if parts is not None:
+            cut[1:] = parts.known & ((parts.inner == 0) | (parts.inner == 1)) & (ph[1:] > 0) & (ph[1:] < 1)
+        return cut
+
+    def _end_rows(self, u: int, ph: np.ndarray, rows: _Rows) -> tuple[np.ndarray, np.ndarray] | None:
+        """For a bin of ``u`` that the box cuts at one of its ends (:meth:`_shares`) only, its rows' share of the
+        box is known row by row: a row at an end is in the box or not, a row between the ends is in (or out) with
+        all the others. Returns the positions of the query's sample rows in such bins and the factor that turns
+        the bin's share ``ph`` into the row's own (0 or 1/ph); None where there are none. Totals stay exact only
+        where the ends' rows are counted per group: with one group (the build counts them in the whole table)."""
+        parts = rows.ends.get(u)
+        if parts is None:
+            return None
+        ph = np.asarray(ph).reshape(-1)
+        cut = self._end_cut(u, ph, rows)
+        b = rows.bins(u)
+        pos = np.flatnonzero(cut[b])
+        if not len(pos):
+            return None
+        i = b[pos] - 1
+        v = rows.vals(u)[pos]
+        own = np.where(v == parts.vmin[i], parts.in_lo[i], np.where(v == parts.vmax[i], parts.in_hi[i],
+                                                                    parts.inner[i]))
+        return pos, own / ph[b[pos]]
 
     def _edge_terms(self, u: int, ph: np.ndarray, f: np.ndarray,
                     rows: _Rows) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -894,6 +1057,10 @@ class Synopsis:
         ph = np.asarray(ph).reshape(-1)
         cut = np.flatnonzero((ph > 1e-12) & (ph < 1 - 1e-12))
         cut = cut[cut > 0]
+        parts = rows.ends.get(u)
+        if parts is not None:  # cut at an end only: its rows are where the build counted them, none to place
+            at_end = parts.known & ((parts.inner == 0) | (parts.inner == 1))
+            cut = cut[~at_end[cut - 1]]
         if info.discrete or not 0 < len(cut) <= MAX_EDGE_TERMS:
             return []
         lower, upper, point = self._spread(u)
@@ -908,8 +1075,11 @@ class Synopsis:
             first, last = np.searchsorted(sorted_bins, [b, b + 1])  # the bin's sample rows
             at = rows.position(order[first:last])
             n_b = self.fine[u][:, b]
-            out.append(_EdgeBin(int(b), at, gi[at], (v[at] - lo) / width - 0.5,
-                                (sums[:, b] - lo * n_b) / width - 0.5 * n_b))
+            position = (v[at] - lo) / width - 0.5
+            # positions that are round-off (every sample row of the bin at its middle, say) are 0: a term of
+            # values ~1e-15 among the rows but a total of 1.5 took a coefficient that put a count at 7e13 (olympics)
+            position[np.abs(position) <= 1e-9] = 0.0
+            out.append(_EdgeBin(int(b), at, gi[at], position, (sums[:, b] - lo * n_b) / width - 0.5 * n_b))
         return out
 
     def _sum_starts(self, u: int) -> np.ndarray:
@@ -927,17 +1097,24 @@ class Synopsis:
             got = self._bin_sum_cache[u] = np.nan_to_num(self.fine[u] * self.mean[u])
         return got
 
-    def _placement(self, S, phis, box) -> np.ndarray:
+    def _placement(self, S, phis, box, ends: dict | None = None) -> np.ndarray:
         """(G,): relative variance of the count from rows placed evenly within the fine bins the box cuts
         (Bernoulli placement plus the squared disagreement with a linear density through the neighbouring
         bins): the part of the error in rows the sample may not see, which :func:`interval_variance` sets
-        against the residual variance."""
+        against the residual variance. With one group, the rows at a bin's ends (:meth:`_shares`) are where
+        the build counted them: only the rows between are placed."""
         G = len(self.N)
         rv = np.zeros(G)
         with np.errstate(invalid="ignore", divide="ignore"):
             for u in S:
                 w, ph = self.fine[u], phis[u]
-                num = (w * (ph * (1 - ph))).sum(axis=1) + self._slope_var(u, box[u])
+                bern = ph * (1 - ph)
+                parts = (ends or {}).get(u)
+                if G == 1 and parts is not None:
+                    inner = parts.spread * parts.inner * (1 - parts.inner)
+                    bern = bern.copy()
+                    bern[1:] = np.where(parts.known & ~self._spread(u)[2], inner, bern[1:])
+                num = (w * bern).sum(axis=1) + self._slope_var(u, box[u])
                 den = (w * ph).sum(axis=1)
                 rv += np.where(den > 0, num / np.where(den > 0, den, 1) ** 2, 0.0)
         return rv

@@ -1,0 +1,80 @@
+"""The rows at a bin's smallest and largest value: counted by the build, kept by the model where they are."""
+
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+import pandas as pd
+
+from densitas.aqp import Engine, store
+from densitas.aqp import build as build_mod
+
+
+def _lab(con, rng, n=40_000, groups=1):
+    """x: a lab value (DOUBLE, one decimal) with three rows at an outlying largest value 9,999.5; y: uniform."""
+    x = np.round(rng.gamma(4.0, 12.0, n), 1)
+    x[rng.choice(n, 3, replace=False)] = 9_999.5
+    df = pd.DataFrame({"x": x, "y": rng.uniform(0, 100, n), "g": rng.integers(0, groups, n)})
+    con.register("df", df)
+    con.execute("CREATE TABLE t AS SELECT x::DOUBLE AS x, y, g FROM df")
+
+
+def test_the_build_counts_the_rows_at_each_bins_ends(rng):
+    """Each bin's stored counts at its smallest and largest value are the table's (fails if either is dropped or
+    counted over the wrong rows)."""
+    con = duckdb.connect()
+    _lab(con, rng)
+    eng = Engine(con)
+    eng.build("t", columns=["x", "y"], sample_size=2_000)
+    info = store.read(eng.con, "t").infos[0]
+    ok = np.isfinite(info.occupied_min)
+    assert ok.sum() > 5
+    for b in np.flatnonzero(ok):
+        lo, hi = info.occupied_min[b], info.occupied_max[b]
+        got = con.execute("SELECT COUNT(*) FILTER (WHERE x = ?), COUNT(*) FILTER (WHERE x = ?) FROM t",
+                          [lo, hi]).fetchone()
+        assert (info.count_at_min[b], info.count_at_max[b]) == got, b
+    con.close()
+
+
+def test_a_strict_bound_at_the_largest_value_drops_its_rows(rng):
+    """COUNT(*) WHERE x < max(x) drops the three rows at the maximum, exactly. A spread over the last bin's range
+    counted a point as holding no rows and kept them with an interval a thousandth of a row wide (nafld2's
+    ``value < 13682``)."""
+    con = duckdb.connect()
+    _lab(con, rng)
+    eng = Engine(con)
+    eng.build("t", columns=["x", "y"], sample_size=2_000)
+    got = eng.query("SELECT COUNT(*) AS v FROM t WHERE x < 9999.5")
+    want = con.execute("SELECT COUNT(*) FROM t WHERE x < 9999.5").fetchone()[0]
+    assert got["v"].iloc[0] == want and got["v_ci_low"].iloc[0] <= want <= got["v_ci_high"].iloc[0]
+    con.close()
+
+
+def test_grouped_answers_at_the_largest_value_are_not_falsely_exact(rng):
+    """With groups, the rows at an end are apportioned to the groups by their rows in the bin (the build counts
+    them in the whole table): each group's count is within the three rows (and its interval's width) of the truth, and
+    its interval is not
+    the zero width of an exact answer."""
+    con = duckdb.connect()
+    _lab(con, rng, groups=4)
+    eng = Engine(con)
+    eng.build("t", columns=["x", "y"], group_by=["g"], sample_size=4_000)
+    sql = "SELECT g, COUNT(*) AS v FROM t WHERE x < 9999.5 GROUP BY g ORDER BY g"
+    got = eng.query(sql)
+    want = con.execute(sql).df()
+    err = np.abs(got["v"] - want["v"])
+    assert (err <= 3 + (got["v_ci_high"] - got["v_ci_low"])).all(), (got.to_dict("records"), want["v"].tolist())
+    assert ((err < 0.5) | (got["v_ci_high"] - got["v_ci_low"] > 0.1)).all(), got.to_dict("records")
+    con.close()
+
+
+def test_merged_ends_count_the_rows_of_the_parts_at_the_least_and_greatest_value():
+    """A refresh or a partitioned build merges parts: the ends' rows add where a part shares the end."""
+    a = pd.DataFrame({"col": [0, 0], "bin": [1, 2], "vmin": [1.0, 5.0], "vmax": [3.0, 8.0], "nmin": [2, 1],
+                      "nmax": [4, 1]})
+    b = pd.DataFrame({"col": [0, 0], "bin": [1, 2], "vmin": [1.0, 4.0], "vmax": [3.0, 8.0], "nmin": [5, 7],
+                      "nmax": [1, 2]})
+    got = build_mod.merge_occupied([a, b]).set_index("bin")
+    assert got.loc[1, ["vmin", "vmax", "nmin", "nmax"]].tolist() == [1.0, 3.0, 7.0, 5.0]
+    assert got.loc[2, ["vmin", "vmax", "nmin", "nmax"]].tolist() == [4.0, 8.0, 7.0, 3.0]
