@@ -36,6 +36,7 @@ is kept for comparison (benchmarks/RESULTS.md).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -109,6 +110,7 @@ class _Ends:
     inner: np.ndarray | None = None
     in_lo: np.ndarray | None = None
     in_hi: np.ndarray | None = None
+    end_cut: np.ndarray | None = None  # the bins the box cuts at an end only: their rows' places are known
 
     @property
     def spread(self) -> np.ndarray:
@@ -157,6 +159,7 @@ class _Rows:
         self._centre_of = centre_of  # what a key subtracts from each value it sums (Synopsis._centre_of)
         self.edges: dict[int, list[_EdgeBin]] = {}  # per predicate column, its cut bins (Synopsis._edge_bins)
         self.ends: dict[int, _Ends | None] = {}  # per predicate column, its bins' ends in the box (Synopsis._shares)
+        self.end_rows: dict[int, tuple | None] = {}  # per predicate column, Synopsis._end_rows
         self.inside = np.ones(len(idx), dtype=bool)  # whether the row is in the query's box (set by the caller)
 
     def position(self, sample_rows: np.ndarray) -> np.ndarray:
@@ -427,15 +430,17 @@ class Synopsis:
                 at_lo += takes_lo
                 at_hi += takes_hi
         if ends is not None:
-            parts = _Ends(ends.vmin, ends.vmax, ends.a_lo, ends.a_hi, ends.inner_lo, ends.inner_hi,
-                          ends.inner_width, ends.known, np.minimum(inner, 1.0), np.minimum(at_lo, 1.0),
-                          np.minimum(at_hi, 1.0))
-            f[1:] = np.where(ends.known & ~point, parts.share(), f[1:])
+            parts = dataclasses.replace(ends, inner=np.minimum(inner, 1.0), in_lo=np.minimum(at_lo, 1.0),
+                                        in_hi=np.minimum(at_hi, 1.0))
+            share = parts.share()
+            f[1:] = np.where(ends.known, share, f[1:])
+            parts.end_cut = ends.known & ((parts.inner == 0) | (parts.inner == 1)) & (share > 0) & (share < 1)
         return np.minimum(f, 1.0), parts
 
     def _ends(self, j: int) -> _Ends | None:
-        """Per fine bin of column ``j`` (continuous, not discrete): the shares of the table's bin rows at its
-        smallest and largest value, and the range between them; None where the build stored no counts."""
+        """Per fine bin of column ``j`` (continuous, not discrete, more than one value): the shares of the table's
+        bin rows at its smallest and largest value, and the range between them; None where the build stored no
+        counts."""
         if j in self._ends_cache:
             return self._ends_cache[j]
         info = self.infos[j]
@@ -444,7 +449,8 @@ class Synopsis:
             n_b = self.fine[j][:, 1:].sum(axis=0)
             nmin, nmax = np.nan_to_num(info.count_at_min), np.nan_to_num(info.count_at_max)
             vmin, vmax = info.occupied_min, info.occupied_max
-            known = (n_b > 0) & (nmin > 0) & (nmax > 0) & np.isfinite(vmin) & np.isfinite(vmax) & (vmax > vmin)
+            known = (n_b > 0) & (nmin > 0) & (nmax > 0) & np.isfinite(vmin) & np.isfinite(vmax) & (vmax > vmin) \
+                & ~self._spread(j)[2]  # a bin of one value is cut exactly already
             with np.errstate(invalid="ignore", divide="ignore"):
                 a_lo = np.where(known, nmin / np.where(n_b > 0, n_b, 1), 0.0)
                 a_hi = np.where(known, nmax / np.where(n_b > 0, n_b, 1), 0.0)
@@ -751,8 +757,7 @@ class Synopsis:
             if kind in SUM_KINDS and parts is not None:
                 offset = 0.0 if kind == "s" else self.centre[j]
                 mean = self._value_factor(key)[:, 1:]
-                use = parts.known & ~self._spread(j)[2]
-                out[j][:, 1:] = np.where(use, parts.value_share(mean, offset), out[j][:, 1:])
+                out[j][:, 1:] = np.where(parts.known, parts.value_share(mean, offset), out[j][:, 1:])
             return out
         u = max(S, key=lambda x: self.scores.get((min(x, j), max(x, j)), 0.0))
         out[u] = phis[u] * self._sum_ratio(u, key)
@@ -942,7 +947,7 @@ class Synopsis:
             ci = tree.comp_of[u]
             others = np.prod([Ek[c] for c in range(len(Ek)) if c != ci], axis=0)[:, None] if len(Ek) > 1 else 1.0
             f = self._root_message(u, tree, kp, memo) * others
-            refine = self._end_rows(u, phis[u], rows) if G == 1 else None
+            refine = self._end_rows(u, rows) if G == 1 else None
             if u == own:  # the row's own value where f has its bin's mean (_own_value_term)
                 m = self._own_value_term(key, u, tree, phis, rows, others, box_memo, X[t])
                 if refine is None:  # the term's total from the bins' sums (f may hold the ends' own values)
@@ -971,7 +976,7 @@ class Synopsis:
                 cmap, tot = self.sums[u]
                 if (kind, j) not in tot:
                     continue
-                if u == j and G == 1 and self._end_cut(j, phis[j], rows).any():
+                if u == j and G == 1 and self._end_rows(j, rows) is not None:
                     continue  # its cell shares would put back the end rows the own-column terms leave out
                 q = self._cell_mean(u, phis[u], self._sum_starts(u))
                 np.multiply(v, rows.at(q, u, cmap), out=X[t])
@@ -981,12 +986,11 @@ class Synopsis:
                 ph = np.broadcast_to(phis[j], (self.fine[j].shape[1],))
                 np.multiply(v, ph.take(rows.bins(j)), out=X[t])
                 factor = self._value_factor(key) * ph
-                refine = self._end_rows(j, phis[j], rows) if G == 1 else None
+                refine = self._end_rows(j, rows) if G == 1 else None
                 if refine is not None:  # one group: the rows of bins cut at an end by their own place in the box
                     pos, own_share = refine
                     X[t, pos] *= own_share
-                    cut = self._end_cut(j, phis[j], rows)
-                    factor = np.where(cut, kp[j], factor)
+                    factor[:, 1:] = np.where(rows.ends[j].end_cut, kp[j][:, 1:], factor[:, 1:])
                 t += 1
                 tots.append((self.fine[j] * factor).sum(axis=1))
         return Auxiliaries.from_design(X[:t], np.stack(tots + sparse_tots, axis=1), sparse)
@@ -1004,35 +1008,27 @@ class Synopsis:
         np.multiply(rows.key_values(key), rows.at(m, u), out=out)
         return m
 
-    def _end_cut(self, u: int, ph: np.ndarray, rows: _Rows) -> np.ndarray:
-        """(B_u + 1,): the fine bins of ``u`` the box cuts at one of their ends only (:meth:`_end_rows`)."""
-        parts = rows.ends.get(u)
-        ph = np.asarray(ph).reshape(-1)
-        cut = np.zeros(len(ph), dtype=bool)
-        if parts is not None:
-            cut[1:] = parts.known & ((parts.inner == 0) | (parts.inner == 1)) & (ph[1:] > 0) & (ph[1:] < 1)
-        return cut
-
-    def _end_rows(self, u: int, ph: np.ndarray, rows: _Rows) -> tuple[np.ndarray, np.ndarray] | None:
-        """For a bin of ``u`` that the box cuts at one of its ends (:meth:`_shares`) only, its rows' share of the
-        box is known row by row: a row at an end is in the box or not, a row between the ends is in (or out) with
-        all the others. Returns the positions of the query's sample rows in such bins and the factor that turns
-        the bin's share ``ph`` into the row's own (0 or 1/ph); None where there are none. Totals stay exact only
-        where the ends' rows are counted per group: with one group (the build counts them in the whole table)."""
-        parts = rows.ends.get(u)
-        if parts is None:
-            return None
-        ph = np.asarray(ph).reshape(-1)
-        cut = self._end_cut(u, ph, rows)
-        b = rows.bins(u)
-        pos = np.flatnonzero(cut[b])
-        if not len(pos):
-            return None
-        i = b[pos] - 1
-        v = rows.vals(u)[pos]
-        own = np.where(v == parts.vmin[i], parts.in_lo[i], np.where(v == parts.vmax[i], parts.in_hi[i],
-                                                                    parts.inner[i]))
-        return pos, own / ph[b[pos]]
+    def _end_rows(self, u: int, rows: _Rows) -> tuple[np.ndarray, np.ndarray] | None:
+        """For a bin of ``u`` that the box cuts at one of its ends only (:attr:`_Ends.end_cut`), its rows' share of
+        the box is known row by row: a row at an end is in the box or not, a row between the ends is in (or out)
+        with all the others. Returns the positions of the query's sample rows in such bins and the factor that
+        turns the bin's share into the row's own (0 or 1/share); None where there are none. Totals stay exact only
+        where the ends' rows are counted per group: with one group (the build counts them in the whole table).
+        Computed once per query and column."""
+        if u in rows.end_rows:
+            return rows.end_rows[u]
+        parts, got = rows.ends.get(u), None
+        if parts is not None and parts.end_cut.any():
+            b = rows.bins(u)
+            pos = np.flatnonzero(parts.end_cut.take(np.maximum(b - 1, 0)) & (b > 0))
+            if len(pos):
+                i = b[pos] - 1
+                v = rows.vals(u)[pos]
+                own = np.where(v == parts.vmin[i], parts.in_lo[i],
+                               np.where(v == parts.vmax[i], parts.in_hi[i], parts.inner[i]))
+                got = pos, own / parts.share()[i]
+        rows.end_rows[u] = got
+        return got
 
     def _edge_terms(self, u: int, ph: np.ndarray, f: np.ndarray,
                     rows: _Rows) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -1059,8 +1055,7 @@ class Synopsis:
         cut = cut[cut > 0]
         parts = rows.ends.get(u)
         if parts is not None:  # cut at an end only: its rows are where the build counted them, none to place
-            at_end = parts.known & ((parts.inner == 0) | (parts.inner == 1))
-            cut = cut[~at_end[cut - 1]]
+            cut = cut[~parts.end_cut[cut - 1]]
         if info.discrete or not 0 < len(cut) <= MAX_EDGE_TERMS:
             return []
         lower, upper, point = self._spread(u)
@@ -1113,7 +1108,7 @@ class Synopsis:
                 if G == 1 and parts is not None:
                     inner = parts.spread * parts.inner * (1 - parts.inner)
                     bern = bern.copy()
-                    bern[1:] = np.where(parts.known & ~self._spread(u)[2], inner, bern[1:])
+                    bern[1:] = np.where(parts.known, inner, bern[1:])
                 num = (w * bern).sum(axis=1) + self._slope_var(u, box[u])
                 den = (w * ph).sum(axis=1)
                 rv += np.where(den > 0, num / np.where(den > 0, den, 1) ** 2, 0.0)
