@@ -78,3 +78,25 @@ def test_merged_ends_count_the_rows_of_the_parts_at_the_least_and_greatest_value
     got = build_mod.merge_occupied([a, b]).set_index("bin")
     assert got.loc[1, ["vmin", "vmax", "nmin", "nmax"]].tolist() == [1.0, 3.0, 7.0, 5.0]
     assert got.loc[2, ["vmin", "vmax", "nmin", "nmax"]].tolist() == [4.0, 8.0, 7.0, 3.0]
+
+
+def test_a_whole_sample_answers_a_bound_at_a_bins_end_exactly(rng):
+    """With the whole table as the sample every answer is exact, so each auxiliary's stated total must be the sum
+    of its rows: a SUM under one bound inside a bin and one at another bin's largest value (a row's own place at
+    the end, the interior bin's share) was 0.005% off inside an interval 1e-9 wide when the own-value term's
+    total took the ends' values where its rows did not."""
+    con = duckdb.connect()
+    n = 3_000
+    df = pd.DataFrame({"x": rng.gamma(2.0, 10.0, n), "y": rng.normal(50, 10, n)})
+    con.register("df", df)
+    con.execute("CREATE TABLE t AS SELECT x, y FROM df")
+    eng = Engine(con)
+    eng.build("t", sample_size=n, max_sample_rows=n, max_bins=32)
+    info = store.read(eng.con, "t").infos[0]
+    end, inside = float(info.occupied_max[10]), float((info.occupied_min[3] + info.occupied_max[3]) / 2)
+    for where in (f"x > {inside} AND x < {end}", f"x < {end}", f"x > {inside}"):
+        sql = f"SELECT SUM(x) AS s, AVG(x) AS a, COUNT(*) AS n FROM t WHERE {where}"
+        got = eng.query(sql).iloc[0]
+        want = con.execute(sql).fetchone()
+        assert np.allclose([got["s"], got["a"], got["n"]], want, rtol=1e-9), (where, got.to_dict(), want)
+    con.close()

@@ -609,7 +609,13 @@ OCCUPIED = ("vmin", "vmax", "nmin", "nmax")
 
 def occupied(binned: Binned, j: int) -> exp.Select:
     """Per non-empty fine bin of column ``j``: ``(col, bin, vmin, vmax, nmin, nmax)``, its smallest and largest
-    value and the rows holding each (two passes: the ends, then the rows at them)."""
+    value and the rows holding each (two passes: the ends, then the rows at them).
+
+    Examples
+    --------
+    >>> occupied(Binned("binned", 2), 1).named_selects
+    ['col', 'bin', 'vmin', 'vmax', 'nmin', 'nmax']
+    """
     ends = sqlglot.select(exp.alias_(binned.b(j), "bin", quoted=True),
                           exp.alias_(exp.Min(this=binned.v(j)), "vmin", quoted=True),
                           exp.alias_(exp.Max(this=binned.v(j)), "vmax", quoted=True)) \
@@ -651,9 +657,30 @@ def merge_occupied(parts: Sequence[pd.DataFrame]) -> pd.DataFrame:
     return out.astype({"vmin": np.float64, "vmax": np.float64, "nmin": np.float64, "nmax": np.float64})
 
 
+def nullable(v: pd.Series | np.ndarray, dtype: str = "Float64") -> pd.api.extensions.ExtensionArray:
+    """Numbers with NaN as NULL, as pandas' nullable ``dtype`` (the stored tables hold NULL where a bin or cell
+    has no value).
+
+    Examples
+    --------
+    >>> nullable(np.array([1.5, np.nan])).tolist(), nullable(np.array([2.0, np.nan]), "Int64").tolist()
+    ([1.5, <NA>], [2, <NA>])
+    """
+    a = np.asarray(v, dtype=np.float64)
+    return pd.array(np.where(np.isnan(a), None, a), dtype=dtype)
+
+
 def edges_frame(infos: Sequence[ColumnInfo], occ: pd.DataFrame) -> pd.DataFrame:
     """The edges table's rows: per column and bin the lower edge and the occupied range with the rows at its ends
-    (``occ``, :func:`occupied`'s columns; NULL where a bin is empty)."""
+    (``occ``, :func:`occupied`'s columns; NULL where a bin is empty).
+
+    Examples
+    --------
+    >>> info = ColumnInfo("x", "DOUBLE", "float", 0.0, edges=np.array([0.0, 5.0]))
+    >>> occ = pd.DataFrame({"col": [0], "bin": [2], "vmin": [5.5], "vmax": [9.0], "nmin": [3], "nmax": [1]})
+    >>> edges_frame([info], occ)[["bin", "lo", "vmin", "nmax"]].values.tolist()
+    [[1, 0.0, <NA>, <NA>], [2, 5.0, 5.5, 1]]
+    """
     frames = []
     for j, info in enumerate(infos):
         o = occ.loc[occ["col"] == j]
@@ -662,7 +689,7 @@ def edges_frame(infos: Sequence[ColumnInfo], occ: pd.DataFrame) -> pd.DataFrame:
         for c in OCCUPIED:
             a = np.full(info.bins, np.nan)
             a[idx] = o[c].to_numpy(dtype=np.float64)
-            cols[c] = pd.array(np.where(np.isnan(a), None, a), dtype="Float64" if c[0] == "v" else "Int64")
+            cols[c] = nullable(a, "Float64" if c[0] == "v" else "Int64")
         frames.append(pd.DataFrame({"col": np.full(info.bins, j, dtype=np.int32),
                                     "bin": np.arange(1, info.bins + 1, dtype=np.int32),
                                     "lo": info.edges.astype(np.float64), **cols}))

@@ -320,10 +320,7 @@ def partition_synopsis(plan: PartitionPlan, index: int) -> dict[str, Any]:
         con.close()
 
 
-def _nullable(v: pd.Series | np.ndarray) -> pd.arrays.FloatingArray:
-    """Floats with NaN as NULL (the stored tables hold NULL where the build's SUM of no value is NULL)."""
-    a = np.asarray(v, dtype=np.float64)
-    return pd.array(np.where(np.isnan(a), None, a), dtype="Float64")
+_nullable = b.nullable  # floats with NaN as NULL (where the build's SUM of no value is NULL)
 
 
 @dataclass

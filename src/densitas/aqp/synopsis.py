@@ -385,8 +385,8 @@ class Synopsis:
         info = self.infos[j]
         if self.fine[j][:, 0].any():
             return False
-        return any((lo < info.lo or (lo == info.lo and loi)) and (hi > info.hi or (hi == info.hi and hii))
-                   for lo, loi, hi, hii in ivals)
+        ends = np.array([info.lo, info.hi])
+        return any(_accepts(ends, *iv).all() for iv in ivals)
 
     def _fractions(self, j: int, ivals: list) -> np.ndarray:
         """(B_j + 1,): the share of each fine bin's rows that satisfy the condition (bin 0, NULL, never)."""
@@ -477,6 +477,7 @@ class Synopsis:
         B = len(e)
         w = self.fine[j]
         ends = self._ends(j)
+        one_group = ends is not None and G == 1  # with more, the ends' rows are shared among the groups
         for lo, loi, hi, hii in ivals:
             L, U = _half_open(info, lo, loi, hi, hii)
             for x in (L, U):
@@ -485,7 +486,7 @@ class Synopsis:
                 i = int(np.searchsorted(e, x, side="right"))  # fine bin (1..B) holding x
                 if i < 1 or i > B or x <= e[i - 1] or x >= up[i - 1]:
                     continue
-                if ends is not None and ends.known[i - 1] and not ends.inner_lo[i - 1] < x < ends.inner_hi[i - 1]:
+                if one_group and ends.known[i - 1] and not ends.inner_lo[i - 1] < x < ends.inner_hi[i - 1]:
                     continue  # at the bin's end rows: they are where the build counted them
                 a, b = e[i - 1], up[i - 1]
                 h, mid = b - a, (a + b) / 2
@@ -501,12 +502,10 @@ class Synopsis:
         return out
 
     def _row_match(self, j: int, ivals: list, v: np.ndarray) -> np.ndarray:
-        ok = None
-        for lo, loi, hi, hii in ivals:
-            one = ((v >= lo) if loi else (v > lo))
-            one &= (v <= hi) if hii else (v < hi)
-            ok = one if ok is None else ok | one
-        return np.zeros(v.shape, dtype=bool) if ok is None else ok  # NaN (NULL) compares false
+        ok = np.zeros(v.shape, dtype=bool)
+        for iv in ivals:
+            ok |= _accepts(v, *iv)  # NaN (NULL) compares false
+        return ok
 
     # ---- estimation -----------------------------------------------------------------------------------------
     def estimate(self, q: Query, method: str = "grid") -> tuple[dict, list[dict]]:
@@ -947,19 +946,18 @@ class Synopsis:
             ci = tree.comp_of[u]
             others = np.prod([Ek[c] for c in range(len(Ek)) if c != ci], axis=0)[:, None] if len(Ek) > 1 else 1.0
             f = self._root_message(u, tree, kp, memo) * others
-            refine = self._end_rows(u, rows) if G == 1 else None
+            refine = self._end_rows(u, phis[u], rows) if G == 1 else None
             if u == own:  # the row's own value where f has its bin's mean (_own_value_term)
                 m = self._own_value_term(key, u, tree, phis, rows, others, box_memo, X[t])
-                if refine is None:  # the term's total from the bins' sums (f may hold the ends' own values)
-                    tots.append((self.fine[u] * self._value_factor(key) * m).sum(axis=1))
+                total = self._value_factor(key) * m  # per bin: the bins' sums times the count's message
             else:
                 rows.at(f, u, out=X[t])
-                if refine is None:
-                    tots.append((self.fine[u] * f).sum(axis=1))
-            if refine is not None:  # one group: the rows of bins cut at an end by their own place in the box
-                pos, factor = refine
+                total = f
+            if refine is not None:  # one group: the rows of bins cut at an end by their own place in the box,
+                pos, factor = refine  # whose totals f holds (the ends' rows at their own values)
                 X[t, pos] *= factor
-                tots.append((self.fine[u] * f).sum(axis=1))
+                total = np.where(np.r_[False, rows.ends[u].end_cut], f, total)
+            tots.append((self.fine[u] * total).sum(axis=1))
             t += 1
             for pos, vals, tot in self._edge_terms(u, phis[u], f, rows):
                 sparse.append((pos, vals))
@@ -976,7 +974,7 @@ class Synopsis:
                 cmap, tot = self.sums[u]
                 if (kind, j) not in tot:
                     continue
-                if u == j and G == 1 and self._end_rows(j, rows) is not None:
+                if u == j and G == 1 and self._end_rows(j, phis[j], rows) is not None:
                     continue  # its cell shares would put back the end rows the own-column terms leave out
                 q = self._cell_mean(u, phis[u], self._sum_starts(u))
                 np.multiply(v, rows.at(q, u, cmap), out=X[t])
@@ -986,7 +984,7 @@ class Synopsis:
                 ph = np.broadcast_to(phis[j], (self.fine[j].shape[1],))
                 np.multiply(v, ph.take(rows.bins(j)), out=X[t])
                 factor = self._value_factor(key) * ph
-                refine = self._end_rows(j, rows) if G == 1 else None
+                refine = self._end_rows(j, phis[j], rows) if G == 1 else None
                 if refine is not None:  # one group: the rows of bins cut at an end by their own place in the box
                     pos, own_share = refine
                     X[t, pos] *= own_share
@@ -1008,11 +1006,11 @@ class Synopsis:
         np.multiply(rows.key_values(key), rows.at(m, u), out=out)
         return m
 
-    def _end_rows(self, u: int, rows: _Rows) -> tuple[np.ndarray, np.ndarray] | None:
+    def _end_rows(self, u: int, ph: np.ndarray, rows: _Rows) -> tuple[np.ndarray, np.ndarray] | None:
         """For a bin of ``u`` that the box cuts at one of its ends only (:attr:`_Ends.end_cut`), its rows' share of
         the box is known row by row: a row at an end is in the box or not, a row between the ends is in (or out)
         with all the others. Returns the positions of the query's sample rows in such bins and the factor that
-        turns the bin's share into the row's own (0 or 1/share); None where there are none. Totals stay exact only
+        turns the bin's share ``ph`` into the row's own (0 or 1/ph); None where there are none. Totals stay exact only
         where the ends' rows are counted per group: with one group (the build counts them in the whole table).
         Computed once per query and column."""
         if u in rows.end_rows:
@@ -1026,7 +1024,7 @@ class Synopsis:
                 v = rows.vals(u)[pos]
                 own = np.where(v == parts.vmin[i], parts.in_lo[i],
                                np.where(v == parts.vmax[i], parts.in_hi[i], parts.inner[i]))
-                got = pos, own / parts.share()[i]
+                got = pos, own / np.asarray(ph).reshape(-1)[i + 1]
         rows.end_rows[u] = got
         return got
 
@@ -1054,8 +1052,8 @@ class Synopsis:
         cut = np.flatnonzero((ph > 1e-12) & (ph < 1 - 1e-12))
         cut = cut[cut > 0]
         parts = rows.ends.get(u)
-        if parts is not None:  # cut at an end only: its rows are where the build counted them, none to place
-            cut = cut[~parts.end_cut[cut - 1]]
+        if parts is not None and len(self.N) == 1:  # cut at an end only: its rows are where the build counted
+            cut = cut[~parts.end_cut[cut - 1]]  # them, none to place (with groups, shared among them)
         if info.discrete or not 0 < len(cut) <= MAX_EDGE_TERMS:
             return []
         lower, upper, point = self._spread(u)
