@@ -14,13 +14,14 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import time
+import json
 
 import numpy as np
 
 import densitas.aqp.estimator as est
 from densitas.aqp import Engine
-from densitas.aqp.workload import generate
+from densitas.aqp.connector import quote, table_ref
+from densitas.aqp.workload import generate, session_times
 
 
 def main() -> None:
@@ -32,24 +33,21 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     a = ap.parse_args()
     eng = Engine(a.db, read_only=True)
-    groups = len(eng._load(a.table).N)
-    sqls = [q.sql for q in generate(eng, a.table, a.queries, seed=a.seed)]
+    syn = eng.synopses().set_index("table_name").loc[a.table]
+    keys = ", ".join(quote(c) for c in json.loads(syn["group_by"]))
+    groups = eng.con.fetch_rows(f"SELECT count(*) FROM (SELECT DISTINCT {keys or 1} FROM {table_ref(a.table)})")[0][0]
+    queries = generate(eng, a.table, a.queries, seed=a.seed)
     default = est.PRODUCT_GROUPS
     rows, answers = [], {}
     for name, limit in [("row-wise gathers", 0), ("per-group products", default)]:
         est.PRODUCT_GROUPS = limit
-        best = np.full(len(sqls), np.inf)
-        for _ in range(a.reps):
-            for i, sql in enumerate(sqls):
-                t = time.perf_counter()
-                df = eng.query(sql)
-                best[i] = min(best[i], time.perf_counter() - t)
-                answers.setdefault(name, {})[i] = df.select_dtypes("number").to_numpy()
-        rows.append((name, np.median(best) * 1e3, best.mean() * 1e3))
+        best = session_times(eng, queries, reps=a.reps)
+        answers[name] = [eng.query(q.sql).select_dtypes("number").to_numpy() for q in queries]
+        rows.append((name, np.median(best), best.mean()))
     est.PRODUCT_GROUPS = default
-    diff = max(float(np.nanmax(np.abs(x - answers["per-group products"][i]) / np.maximum(np.abs(x), 1e-9),
-                               initial=0.0)) for i, x in answers["row-wise gathers"].items())
-    print(f"{a.table}: {groups} groups, {len(sqls)} queries, best of {a.reps}")
+    diff = max(float(np.nanmax(np.abs(x - y) / np.maximum(np.abs(x), 1e-9), initial=0.0))
+               for x, y in zip(answers["row-wise gathers"], answers["per-group products"], strict=True))
+    print(f"{a.table}: {groups} groups, {len(queries)} queries, best of {a.reps}")
     print(f"{'fit':<20} {'median ms':>10} {'mean ms':>10}")
     for name, med, mean in rows:
         print(f"{name:<20} {med:>10.2f} {mean:>10.2f}")

@@ -58,6 +58,21 @@ def test_switches_must_be_booleans(name):
 
 
 
+def test_numpy_numbers_are_taken_as_the_python_numbers_they_equal(mem_engine):
+    """A seed drawn from a NumPy Generator (np.int64) was refused as 'not an integer'; it builds the same synopsis
+    as the Python int, and the catalog stores plain numbers."""
+    import numpy as np
+
+    mem_engine.con.execute("CREATE TABLE t AS SELECT (i % 100)::DOUBLE AS x FROM range(5000) r(i)")
+    meta = mem_engine.build("t", seed=np.int64(7), sample_size=np.int32(300), budget_fraction=np.float64(0.5))
+    stored = json.loads(meta["options"])["build"]
+    assert (stored["seed"], stored["sample_size"], stored["budget_fraction"]) == (7, 300, 0.5)
+    assert type(stored["seed"]) is int
+    again = mem_engine.query("SELECT SUM(x) FROM t WHERE x < 40.5")
+    mem_engine.build("t", seed=7, sample_size=300, budget_fraction=0.5)
+    assert mem_engine.query("SELECT SUM(x) FROM t WHERE x < 40.5").equals(again)
+
+
 @pytest.mark.parametrize(("name", "value"), [
     ("seed", -5), ("seed", 99999999999999999999), ("seed", build_mod.SEED_MAX + 1), ("seed", "x"), ("seed", 1.5),
     ("seed", True), ("bandwidth", "nope"), ("bandwidth", None), ("min_budget_bytes", -1),

@@ -144,6 +144,16 @@ class BuildOptions:
     # so do the histograms', sum grids' and pair grids' rows (RowCosts.compact): finer grids in the same bytes
     compact_grids: bool = True
 
+    def __post_init__(self) -> None:
+        # NumPy scalars (a seed from a Generator, a budget from an array) become the Python numbers they equal, so
+        # that check() takes them and the catalog stores them as JSON; anything else is left for check() to judge
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, (tuple, list)):
+                setattr(self, f.name, type(value)(_python_number(v) for v in value))
+            else:
+                setattr(self, f.name, _python_number(value))
+
     def check(self) -> None:
         """Raise :class:`~densitas.InputError` naming the first bad option and the value it got."""
         from densitas.kde import METHODS
@@ -184,6 +194,17 @@ class BuildOptions:
         for name in ("independent_pairs", "compact_sample", "compact_grids"):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, "True or False")
+
+
+def _python_number(value: object) -> object:
+    """A NumPy bool, integer or float as the Python one it equals; anything else as it is.
+
+    Examples
+    --------
+    >>> _python_number(np.int64(7)), _python_number(np.float32(0.5)), _python_number(np.True_), _python_number("x")
+    (7, 0.5, True, 'x')
+    """
+    return value.item() if isinstance(value, (np.bool_, np.integer, np.floating)) else value
 
 
 def _is_int(value: object) -> bool:

@@ -17,7 +17,7 @@ from sqlglot import exp
 from densitas.aqp import build as build_mod
 from densitas.aqp import synopsis as syn_mod
 from densitas.aqp.connector import Connector, connect, table_ref
-from densitas.aqp.sql import Query, exact_select, parse, read_only_select, resolve_columns, table_key
+from densitas.aqp.sql import Query, exact_select, named_as, parse, read_only_select, resolve_columns, table_key
 from densitas.aqp.threads import query_blas_threads
 from densitas.exceptions import (
     InputError,
@@ -254,9 +254,7 @@ class Engine:
         names: list[str] = []
         if self._has_catalog():
             names = [r[0] for r in self.con.fetch_rows(f"SELECT table_name FROM {build_mod.SCHEMA}.synopses")]
-        if table in names:
-            return table
-        folded = [n for n in names if table_key(n) == table_key(table)]
+        folded = named_as(table, names, key=table_key)
         if len(folded) == 1:
             return folded[0]
         if len(folded) > 1:

@@ -47,6 +47,7 @@ import pandas as pd
 
 from densitas.aqp.connector import Connector, quote, table_ref
 from densitas.aqp.engine import Engine
+from densitas.aqp.sql import named_as, table_key
 from densitas.exceptions import DensitasError, InputError
 
 __all__ = ["FUNCS", "GOALS", "Answer", "EvalQuery", "Metrics", "TableResult", "evaluate", "evaluate_table",
@@ -468,8 +469,8 @@ def evaluate(names: Sequence[str], *, queries: int = 300, seed: int | None = Non
         raise InputError(f"unknown table {unknown[0]!r}; the evaluation tables are {sorted(EVAL_TABLES)}.")
     if db is not None and not rebuild and Path(db).is_file():
         with Engine(db, read_only=True) as existing:
-            stored = {str(t).lower(): str(t) for t in existing.synopses()["table_name"]}
-        kept = [stored[n.lower()] for n in names if n.lower() in stored]
+            stored = [str(t) for t in existing.synopses()["table_name"]]
+        kept = [t for n in names for t in named_as(n, stored, key=table_key)]
         if kept:
             raise InputError(f"{db} already holds a synopsis of {', '.join(repr(t) for t in kept)}; the evaluation "
                              "builds its own (its seed, budget and sample size) and would replace it: pass --rebuild "

@@ -146,13 +146,18 @@ def _table_fingerprint(con: Connector, table: str, columns: list[str]) -> str:
     return f"{int(n)}:{h}"
 
 
-def _rebuild(con: Connector, table: str, meta: dict, appended: int, reason: str) -> RefreshResult:
+def _build_options(meta: dict) -> b.BuildOptions:
+    """The options the synopsis (``meta``, its catalog row) was built with; a synopsis too old to store them is
+    rebuilt with the defaults and its seed."""
     opts = json.loads(meta.get("options") or "{}")
     stored = opts.get("build") or {"seed": opts.get("seed", 0), "max_bins": opts.get("max_bins", 4096)}
-    stored = {k: tuple(v) if k == "shares" else v for k, v in stored.items()
-              if k in b.BuildOptions.__dataclass_fields__}
+    return b.BuildOptions(**{k: tuple(v) if k == "shares" else v for k, v in stored.items()
+                             if k in b.BuildOptions.__dataclass_fields__})
+
+
+def _rebuild(con: Connector, table: str, meta: dict, appended: int, reason: str) -> RefreshResult:
     columns = [c["name"] for c in json.loads(meta["columns"])]
-    new = b.build(con, table, columns, json.loads(meta["group_by"]), b.BuildOptions(**stored))
+    new = b.build(con, table, columns, json.loads(meta["group_by"]), _build_options(meta))
     return RefreshResult("rebuilt", appended, reason, new)
 
 
@@ -245,9 +250,9 @@ def refresh(con: Connector, table: str, *, verify: bool = False) -> RefreshResul
                         "fingerprint": fingerprint, "columns": json.dumps([i.to_dict() for i in infos]),
                         "group_by": meta["group_by"], "grids": meta["grids"], "options": json.dumps(opts),
                         "bandwidths": json.dumps([h * shrink for h in json.loads(meta["bandwidths"] or "[]")]),
-                        "size_bytes": b.synopsis_bytes(con, new, sample_rows,
-                                                       _row_costs(con, new, infos, opts,
-                                                                  int(meta["rows"]) + delta.rows)),
+                        "size_bytes": b.synopsis_bytes(con, new, sample_rows, b.row_costs(
+                            infos, count_rows(con, new.table("groups")), int(meta["rows"]) + delta.rows,
+                            _build_options(meta))),
                         "table_bytes": con.table_bytes(table)}
             b.swap_catalog(con, new_meta, catalog_ids(con, table))
     if reason is not None:
@@ -255,18 +260,6 @@ def refresh(con: Connector, table: str, *, verify: bool = False) -> RefreshResul
     new_meta["build_seconds"] = time.perf_counter() - t0
     b.set_build_seconds(con, table, new_meta["build_seconds"])
     return RefreshResult("merged", delta.rows, None, new_meta)
-
-
-def _row_costs(con: Connector, tables: SynopsisTables, infos: list, opts: dict, n_rows: int) -> b.RowCosts:
-    """What each stored row counts for, as the build counted it (:func:`densitas.aqp.build.row_costs` with the
-    build's ``compact_sample`` and ``compact_grids``; a synopsis built before ``compact_grids`` has nominal grid
-    rows)."""
-    built = opts.get("build", {})
-    flags = b.BuildOptions(compact_sample=bool(built.get("compact_sample")),
-                           compact_grids=bool(built.get("compact_grids")),
-                           max_bins=int(built.get("max_bins", b.BuildOptions.max_bins)),
-                           max_pair_res=int(built.get("max_pair_res", b.BuildOptions.max_pair_res)))
-    return b.row_costs(infos, count_rows(con, tables.table("groups")), n_rows, flags)
 
 
 def _merge_tables(con: Connector, binned: b.Binned, old: SynopsisTables, new: SynopsisTables, infos: list,

@@ -12,7 +12,7 @@ import dataclasses
 import datetime as _dt
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import sqlglot
@@ -75,12 +75,27 @@ def _name(col: exp.Column) -> str:
     return col.name
 
 
-def _as_named(name: str, names: Sequence[str]) -> str | None:
-    """The one of ``names`` that ``name`` refers to as DuckDB matches identifiers: the same, else the first equal up
-    to case; None when none is."""
+def named_as(name: str, names: Sequence[str], key: Callable[[str], str] = str.lower) -> list[str]:
+    """The ones of ``names`` that ``name`` refers to as DuckDB matches identifiers: ``[name]`` when it is one of
+    them, else those equal to it under ``key`` (case folded by default; :func:`table_key` for tables). More than
+    one is ambiguous: the callers say so; none, it names nothing.
+
+    Examples
+    --------
+    >>> named_as("Distance", ["distance", "carrier"]), named_as("x", ["X", "x"]), named_as("X", ["x1", "x2"])
+    (['distance'], ['x'], [])
+    >>> named_as("a", ["A", "b", "A"]), named_as("main.T", ["t", "u"], key=table_key)
+    (['A', 'A'], ['t'])
+    """
     if name in names:
-        return name
-    return next((n for n in names if n.lower() == name.lower()), None)
+        return [name]
+    folded = key(name)
+    return [n for n in names if key(n) == folded]
+
+
+def _as_named(name: str, names: Sequence[str]) -> str | None:
+    """The one of ``names`` that ``name`` refers to (:func:`named_as`), the first of several; None when none is."""
+    return next(iter(named_as(name, names)), None)
 
 
 def table_key(name: str) -> str:
@@ -139,7 +154,7 @@ def resolve_columns(q: Query, names: Sequence[str]) -> Query:
         return q
     rename: dict[str, str] = {}
     for c in missing:
-        folded = [n for n in names if n.lower() == c.lower()]
+        folded = named_as(c, names)
         if len(folded) > 1:
             raise InputError(f"sql: the column {c!r} matches the columns {sorted(folded)} up to case; name it exactly.")
         if folded:
