@@ -84,9 +84,10 @@ def reference(files: list[str], columns, group_by, **opts) -> store.StoredSynops
         eng.con.execute("CREATE TABLE t AS SELECT * FROM read_parquet(?) LIMIT 0", [files[0]])
         for f in files:
             eng.con.execute("INSERT INTO t SELECT * FROM read_parquet(?)", [f])
-        # the partitioned build counts sample and grid rows at their nominal width and stores no independent pairs
+        # the partitioned build counts sample and grid rows at their nominal width, stores no independent pairs and
+        # sets no rows aside
         eng.build("t", columns, group_by, **{"compact_sample": False, "compact_grids": False,
-                                            "independent_pairs": False, **opts})
+                                            "independent_pairs": False, "outliers": False, **opts})
         return store.read(eng.con, "t")
     finally:
         eng.close()

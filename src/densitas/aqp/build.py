@@ -69,6 +69,7 @@ from densitas.aqp.store import (
     KINDS,
     SCHEMA,
     SynopsisTables,
+    TableLayout,
     catalog_ids,
     cell_map,
     count_rows,
@@ -143,6 +144,8 @@ class BuildOptions:
     compact_sample: bool = True
     # so do the histograms', sum grids' and pair grids' rows (RowCosts.compact): finer grids in the same bytes
     compact_grids: bool = True
+    # rows with a value far out in a heavy tail are stored whole and the rest is summarized (find_outliers)
+    outliers: bool = True
 
     def __post_init__(self) -> None:
         # NumPy scalars (a seed from a Generator, a budget from an array) become the Python numbers they equal, so
@@ -191,7 +194,7 @@ class BuildOptions:
                               "non-negative 64-bit integer: sample_salt)")
         if not isinstance(self.bandwidth, str) or self.bandwidth not in METHODS:
             raise bad("bandwidth", f"one of the densitas.kde methods {METHODS}")
-        for name in ("independent_pairs", "compact_sample", "compact_grids"):
+        for name in ("independent_pairs", "compact_sample", "compact_grids", "outliers"):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, "True or False")
 
@@ -605,6 +608,149 @@ def bin_rows(con: Connector, tables: SynopsisTables, table: str, cols: Columns,
     return Binned(BINNED, len(infos))
 
 
+# a row set aside whole takes a sample row's place: at most this share of the planned sample's rows go to them.
+# Chosen on the tuning tables (synthetic, lineitem, fertility) among 0.1 and 0.25 (benchmarks/RESULTS.md, "AQP:
+# heavy tails")
+OUTLIER_SHARE = 0.1
+OUTLIER_ROUNDS = 8  # rounds of the bounds' fixed point (find_outliers)
+
+
+@dataclass
+class OutlierRule:
+    """Which rows the build sets aside whole: those with a value outside ``[lo, hi]`` of a column that has bounds
+    (``bounds[j]``; None: no bound). A refresh sets aside the appended rows by the same rule.
+
+    Examples
+    --------
+    >>> rule = OutlierRule([None, (-3.0, 40.0)])
+    >>> rule.predicate(lambda j: exp.column(f"v{j}")).sql()
+    'v1 < -3.0 OR v1 > 40.0'
+    >>> OutlierRule.none(2).predicate(lambda j: exp.column(f"v{j}")) is None
+    True
+    """
+
+    bounds: list[tuple[float, float] | None]
+
+    @classmethod
+    def none(cls, k: int) -> OutlierRule:
+        return cls([None] * k)
+
+    @classmethod
+    def from_json(cls, stored: list | None, k: int) -> OutlierRule:
+        """The rule as the catalog stores it (:meth:`to_json`); none where a synopsis stores none."""
+        return cls([None if b is None else (float(b[0]), float(b[1])) for b in stored]) if stored else cls.none(k)
+
+    def to_json(self) -> list:
+        return [None if b is None else [b[0], b[1]] for b in self.bounds]
+
+    def predicate(self, value: Callable[[int], exp.Expression]) -> exp.Expression | None:
+        """Whether a row is set aside, over the columns' values ``value(j)`` (NULL, never: a NULL is no outlier);
+        None when no column has bounds."""
+        out = [exp.or_(value(j) < _real(lo), value(j) > _real(hi))
+               for j, b in enumerate(self.bounds) if b is not None for lo, hi in [b]]
+        return exp.or_(*out) if out else None
+
+
+def _real(x: float) -> exp.Expression:
+    return exp.Literal.number(repr(float(x))) if x >= 0 else exp.Neg(this=exp.Literal.number(repr(-float(x))))
+
+
+def planned_sample(opts: BuildOptions, plan: Plan, n_rows: int) -> int:
+    """The sample's rows as planned before the grids are written: its share of the budget at its compact row
+    cost (``sample_size`` when given), within the bounds :func:`sample_target` keeps."""
+    return sample_target(opts, plan.budget, int((1 - opts.shares[0]) * plan.budget), 0, n_rows, plan.costs.sample)
+
+
+def find_outliers(con: Connector, binned: Binned, infos: list[ColumnInfo], n_sample: int) -> OutlierRule:
+    """The rows worth storing whole, among ``binned``'s: those whose value of a numeric column lies more than
+    ``c = sqrt(N / n)`` standard deviations from the column's mean, mean and deviation of the rows within the
+    bounds (a fixed point, found in at most :data:`OUTLIER_ROUNDS` rounds), at most :data:`OUTLIER_SHARE` of the
+    sample's ``n`` rows (the rows farthest out in units of ``c`` standard deviations).
+
+    Why ``c``: sampling ``n`` of ``N`` rows estimates a SUM with variance about ``(N² / n) σ²``. Storing one row
+    whole removes its ``(y − ȳ)²`` from ``N σ²`` and one row from the sample; the variance falls exactly when
+    ``(y − ȳ)² > N σ² / n``, i.e. ``|z| > sqrt(N / n)``. A heavy tail (a Zipf count, a delay) has many such rows,
+    and with them set aside the rest's deviation shrinks, so more qualify: hence the fixed point. A light-tailed
+    column (uniform, normal at 1% sampling: ``c`` = 10) has none. This is outlier indexing (Chaudhuri, Das, Datar,
+    Motwani and Narasayya, "Overcoming limitations of sampling for aggregation queries", ICDE 2001).
+    """
+    n_rows = count_rows(con, binned.table)
+    cols = [j for j, info in enumerate(infos) if info.numeric]
+    cap = int(OUTLIER_SHARE * n_sample)
+    if not cols or n_sample + cap >= n_rows:  # the sample holds about every row anyway
+        return OutlierRule.none(len(infos))
+    c = math.sqrt(n_rows / n_sample)
+    bounds: dict[int, tuple[float, float]] = {j: (-math.inf, math.inf) for j in cols}
+    centre: dict[int, tuple[float, float]] = {}
+    for _ in range(OUTLIER_ROUNDS):
+        stats = []
+        for j in cols:
+            lo, hi = bounds[j]
+            kept = binned.v(j) if math.isinf(lo) else exp.case().when(
+                exp.Between(this=binned.v(j), low=_real(lo), high=_real(hi)), binned.v(j))
+            stats += [exp.Avg(this=kept), exp.StddevPop(this=kept.copy())]
+        got = con.fetch_rows(sqlglot.select(*stats).from_(binned.table))[0]
+        new = {}
+        for i, j in enumerate(cols):
+            m, sd = got[2 * i], got[2 * i + 1]
+            centre[j] = (float(m or 0.0), float(sd or 0.0))
+            new[j] = (centre[j][0] - c * centre[j][1], centre[j][0] + c * centre[j][1]) if sd else bounds[j]
+        if new == bounds:
+            break
+        bounds = new
+    rule = OutlierRule([bounds.get(j) if j in bounds and math.isfinite(bounds[j][0]) else None
+                        for j in range(len(infos))])
+    pred = rule.predicate(binned.v)
+    if pred is None:
+        return rule
+    if con.fetch_rows(sqlglot.select(_count()).from_(binned.table).where(pred))[0][0] <= cap:
+        return rule
+    # too many: keep the farthest, in units of c deviations (t > 1 scales every column's bounds alike)
+    far = exp.Greatest(this=_distance(binned, cols[0], centre, c),
+                       expressions=[_distance(binned, j, centre, c) for j in cols[1:]]) \
+        if len(cols) > 1 else _distance(binned, cols[0], centre, c)
+    t = con.fetch_rows(sqlglot.select(exp.alias_(far, "t", quoted=True)).from_(binned.table)
+                       .order_by(exp.Ordered(this=_col("t"), desc=True)).limit(1).offset(cap))[0][0]
+    w = max(1.0, float(t or 0.0)) * c
+    return OutlierRule([None if b is None else (centre[j][0] - w * centre[j][1], centre[j][0] + w * centre[j][1])
+                        for j, b in enumerate(rule.bounds)])
+
+
+def _distance(binned: Binned, j: int, centre: dict[int, tuple[float, float]], c: float) -> exp.Expression:
+    """How far a row's value of column ``j`` lies from its centre, in units of ``c`` deviations (0 where NULL or
+    where the column has no spread)."""
+    m, sd = centre[j]
+    if not sd:
+        return _real(0.0)
+    return exp.func("coalesce", exp.Div(this=exp.Abs(this=exp.Sub(this=binned.v(j), expression=_real(m))),
+                                        expression=_real(c * sd)), _real(0.0))
+
+
+def set_aside(con: Connector, tables: SynopsisTables, binned: Binned, rule: OutlierRule) -> None:
+    """The synopsis' ``outliers`` table: the rows ``rule`` picks, moved there from ``binned``
+    (:func:`move_outliers`) and taken out of their groups' row counts: the other tables describe the rest."""
+    con.execute(tables.outliers.create(tables.id))
+    if not move_outliers(con, tables.table("outliers"), tables.outliers, binned, rule):
+        return
+    groups = tables.groups.table(tables.id)
+    aside = sqlglot.select(_count()).from_(exp.alias_(tables.table("outliers"), "o", table=True, quoted=True)).where(
+        _col("gid", "o").eq(exp.column("gid", table=groups.name, quoted=True)))
+    con.execute(exp.update(groups, {"n": exp.Sub(this=_col("n"), expression=aside.subquery())}))
+
+
+def move_outliers(con: Connector, target: exp.Table, lay: TableLayout, binned: Binned, rule: OutlierRule) -> bool:
+    """Move the rows of ``binned`` that ``rule`` picks into ``target`` (group id and values, as the sample stores
+    its rows); whether ``rule`` picks any row at all."""
+    pred = rule.predicate(binned.v)
+    if pred is None:
+        return False
+    rows = sqlglot.select(exp.alias_(exp.cast(_col("gid"), lay.columns[0].sql_type), "gid", quoted=True),
+                          *(binned.v(j) for j in range(binned.n_columns))).from_(binned.table).where(pred)
+    con.execute(exp.insert(rows, target))
+    con.execute(exp.delete(binned.table, where=pred.copy()))
+    return True
+
+
 def _drop(con: Connector, tbl: exp.Table) -> None:
     con.execute(exp.Drop(tables=[tbl], kind="TABLE"))
 
@@ -964,6 +1110,11 @@ class RowCosts:
     pairs: float
     sample: float
 
+    @property
+    def outliers(self) -> float:
+        """A row set aside whole costs what a sample row does."""
+        return self.sample
+
     @classmethod
     def nominal(cls, infos: Sequence[ColumnInfo]) -> RowCosts:
         """Each row at its columns' SQL type widths (see :mod:`densitas.aqp.store`)."""
@@ -1021,7 +1172,8 @@ def row_costs(infos: Sequence[ColumnInfo], n_groups: int, n_rows: int, opts: Bui
 def synopsis_bytes(con: Connector, tables: SynopsisTables, sample_rows: int, costs: RowCosts) -> int:
     """A synopsis' size against its budget: its tables' rows at ``costs``, the sample's ``sample_rows`` rows
     at ``costs.sample`` each."""
-    return costs.of(con, tables, "marg", "sums", "pairs", "edges", "groups") + round(sample_rows * costs.sample)
+    return costs.of(con, tables, "marg", "sums", "pairs", "outliers", "edges", "groups") \
+        + round(sample_rows * costs.sample)
 
 
 def draw_sample(con: Connector, tables: SynopsisTables, binned: Binned, plan: Plan, n_rows: int,
@@ -1034,7 +1186,7 @@ def draw_sample(con: Connector, tables: SynopsisTables, binned: Binned, plan: Pl
     smallest hashes always pass it; where it passes too few (vanishingly rare) the draw runs without it.
     """
     k = binned.n_columns
-    used = plan.costs.of(con, tables, "marg", "sums", "pairs", "edges", "groups")
+    used = plan.costs.of(con, tables, "marg", "sums", "pairs", "outliers", "edges", "groups")
     n_sample = sample_target(opts, plan.budget, used, k, n_rows, plan.costs.sample)
     groups = tables.groups.table(tables.id)
     gsizes = np.array(con.fetch_rows(sqlglot.select(_col("n")).from_(groups).order_by(_col("gid"))),
@@ -1150,6 +1302,9 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
         write_groups(con, tables, table, cols)
         say("binning rows", 0.2)
         binned = bin_rows(con, tables, table, cols)
+        rule = find_outliers(con, binned, infos, planned_sample(opts, plan, stats.rows)) if opts.outliers \
+            else OutlierRule.none(len(infos))
+        set_aside(con, tables, binned, rule)
         write_histograms(con, tables, binned, infos)
         sum_res = write_sum_grids(con, tables, binned, infos, plan, opts)
         say("dependence", 0.4)
@@ -1167,7 +1322,8 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
                                      "scores": [[a, b, v] for (a, b), v in scores.items()]}),
                 "options": json.dumps({"budget_bytes": plan.budget, "sample_size": sample.rows, "seed": opts.seed,
                                        "max_bins": opts.max_bins, "append": append,
-                                       "thresholds": sample.thresholds, "build": dataclasses.asdict(opts)}),
+                                       "thresholds": sample.thresholds, "outliers": rule.to_json(),
+                                       "build": dataclasses.asdict(opts)}),
                 "bandwidths": json.dumps(bandwidths),
                 "size_bytes": synopsis_bytes(con, tables, sample.rows, plan.costs),
                 "table_bytes": stats.table_bytes}

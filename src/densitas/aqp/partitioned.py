@@ -451,11 +451,11 @@ def build_parquet(con: Connector, name: str, files: str | Sequence[str], columns
     --------
     See the module docstring.
     """
-    # not here yet: compact accounting of the sample and grids, and the independent pairs' probe grids (the probe
-    # is a hash sample)
+    # not here yet: compact accounting of the sample and grids, the independent pairs' probe grids (the probe
+    # is a hash sample) and the rows set aside whole (their bounds need the whole table's moments)
     b.check_table_name(name)
     opts = dataclasses.replace(options or b.BuildOptions(), compact_sample=False, compact_grids=False,
-                               independent_pairs=False)
+                               independent_pairs=False, outliers=False)
     opts.check()
     if opts.append_key is not None:
         raise InputError("The 'append_key' parameter does not apply to a build from Parquet files (a refresh reads "
@@ -487,6 +487,7 @@ def build_parquet(con: Connector, name: str, files: str | Sequence[str], columns
     with con.transaction():
         con.execute(tables.groups.create(tables.id))
         con.insert_frame(tables.table("groups"), plan.groups)
+        con.execute(tables.outliers.create(tables.id))  # empty: a partitioned build sets no rows aside (yet)
         for kind, frame in (("marg", merged.marg), ("sums", merged.sums), ("edges", merged.edges),
                             ("sample", sample)):
             con.execute(getattr(tables, kind).create(tables.id))
@@ -500,6 +501,7 @@ def build_parquet(con: Connector, name: str, files: str | Sequence[str], columns
                                      "scores": [[a, c, v] for (a, c), v in info["scores"].items()]}),
                 "options": json.dumps({"budget_bytes": budget, "sample_size": len(sample), "seed": opts.seed,
                                        "max_bins": opts.max_bins, "append": None, "thresholds": thresholds,
+                                       "outliers": None,
                                        "build": dataclasses.asdict(opts),
                                        "parquet": {"files": paths, "rows": plan.rows}}),
                 "bandwidths": json.dumps(bandwidths),

@@ -235,6 +235,7 @@ def refresh(con: Connector, table: str, *, verify: bool = False) -> RefreshResul
             reason = misfit
         else:
             reason = None
+            _merge_outliers(con, binned, old, new, b.OutlierRule.from_json(opts.get("outliers"), len(infos)))
             _merge_tables(con, binned, old, new, infos, grids)
             sample_rows = _merge_sample(con, binned, old, new, opts)
             occ = con.fetch_df(_union([b.occupied(binned, j) for j in range(len(infos))]))
@@ -314,6 +315,17 @@ def _merge_tables(con: Connector, binned: b.Binned, old: SynopsisTables, new: Sy
                      .from_(binned.table).group_by(b._col("gid"), x.copy(), y.copy()))
     if pairs:
         _sum_merge(con, new.table("pairs"), old.table("pairs"), _union(pairs), ["pair", "gid", "c0", "c1"], ["n"])
+
+
+def _merge_outliers(con: Connector, binned: b.Binned, old: SynopsisTables, new: SynopsisTables,
+                    rule: b.OutlierRule) -> None:
+    """The old rows set aside whole plus the appended rows the build's rule picks (moved out of ``binned``, so
+    that the groups, grids and sample merge the rest)."""
+    target = new.table("outliers")
+    con.execute(new.outliers.create(new.id))
+    con.execute(exp.insert(sqlglot.select(*(b._col(c) for c in new.outliers.names)).from_(old.table("outliers")),
+                           target))
+    b.move_outliers(con, target, new.outliers, binned, rule)
 
 
 def _union(queries: list[exp.Query]) -> exp.Query:

@@ -5,7 +5,7 @@ Every synopsis lives in the ``densitas`` schema of the database it describes:
 * the catalog ``densitas.synopses``: one row per table with a synopsis (its id, format version, row count,
   data fingerprint, columns and their kinds as JSON, the pair grids chosen, the options, the KDE bandwidths,
   its size);
-* six tables per synopsis, named ``<kind>_<id>``, each described once below by a :class:`TableLayout` (column
+* seven tables per synopsis, named ``<kind>_<id>``, each described once below by a :class:`TableLayout` (column
   names and SQL types). The layouts create the tables and give their nominal size (rows times the widths of
   the column types: :func:`stored_bytes`); the build counts the sample's and grids' rows against its byte
   budget at their compact cost instead (``densitas.aqp.build.RowCosts``), as DuckDB stores them compressed.
@@ -18,6 +18,8 @@ kind       rows
            column's sum ``s<k>`` and (nullable columns) non-NULL count ``nn<k>``
 ``pairs``  per stored pair grid, group and non-empty cell ``(c0, c1)``: the row count ``n``
 ``sample`` the stratified sample: group id and each column's value ``v<j>`` on its numeric line
+``outliers`` the rows set aside whole (a value far out in a heavy tail), as the sample stores its rows; the
+           other tables describe the rest of the table
 ``edges``  per column and bin: lower edge ``lo``, the smallest/largest value the bin holds and the rows at each
 ``groups`` per group id: the GROUP BY values and the group's row count ``n``
 =========  ========================================================================================
@@ -56,9 +58,9 @@ __all__ = ["CATALOG", "FORMAT_VERSION", "INDEX_MAX", "KINDS", "SCHEMA", "StoredC
 
 SCHEMA = "densitas"
 #: Version of the stored format; a synopsis of another version must be rebuilt. 3: each bin's occupied range
-#: (``edges.vmin``/``vmax``); 4: the rows at its ends (``edges.nmin``/``nmax``).
-FORMAT_VERSION = 4
-KINDS = ("marg", "sums", "pairs", "sample", "edges", "groups")
+#: (``edges.vmin``/``vmax``); 4: the rows at its ends (``edges.nmin``/``nmax``); 5: the ``outliers`` table.
+FORMAT_VERSION = 5
+KINDS = ("marg", "sums", "pairs", "sample", "outliers", "edges", "groups")
 #: bin, cell and group numbers are stored as SMALLINT: the build keeps them within this bound
 INDEX_MAX = 32767
 #: bytes per value of each SQL type, for the synopsis' size (other types, VARCHAR included, count 8)
@@ -168,10 +170,11 @@ def pairs_layout() -> TableLayout:
     return TableLayout("pairs", _columns("pair SMALLINT", "gid SMALLINT", "c0 SMALLINT", "c1 SMALLINT", "n INTEGER"))
 
 
-def sample_layout(n_columns: int) -> TableLayout:
-    """The sample: group id and each column's value ``v<j>`` on its numeric line (NULL where NULL)."""
-    return TableLayout("sample", (StoredColumn("gid", "SMALLINT"),
-                                  *(StoredColumn(f"v{j}", "DOUBLE") for j in range(n_columns))))
+def sample_layout(n_columns: int, kind: str = "sample") -> TableLayout:
+    """The sample: group id and each column's value ``v<j>`` on its numeric line (NULL where NULL); the outliers
+    (``kind="outliers"``) alike."""
+    return TableLayout(kind, (StoredColumn("gid", "SMALLINT"),
+                              *(StoredColumn(f"v{j}", "DOUBLE") for j in range(n_columns))))
 
 
 def edges_layout() -> TableLayout:
@@ -200,6 +203,7 @@ class SynopsisTables:
     sums: TableLayout
     pairs: TableLayout
     sample: TableLayout
+    outliers: TableLayout
     edges: TableLayout
     groups: TableLayout
 
@@ -210,7 +214,8 @@ class SynopsisTables:
         numeric = [j for j, info in enumerate(infos) if info.numeric]
         nullable = [j for j in numeric if infos[j].nullable]
         return cls(synopsis_id, marg_layout(), sums_layout(numeric, nullable), pairs_layout(),
-                   sample_layout(len(infos)), edges_layout(), groups_layout(group_columns))
+                   sample_layout(len(infos)), sample_layout(len(infos), "outliers"), edges_layout(),
+                   groups_layout(group_columns))
 
     def table(self, kind: str) -> exp.Table:
         """The quoted table of ``kind`` (one of :data:`KINDS`)."""
@@ -321,7 +326,8 @@ class StoredSynopsis:
 
     ``marg[j]``: ``(counts, sums)`` per fine bin, each ``(G, B_j + 1)``; ``sums[j]``: ``(map, totals)`` with the
     map fine bin -> cell of column ``j``'s sum grid and ``totals[key]`` a ``(G, cells + 1)`` array for the keys
-    ``("n", None)``, ``("s", k)`` and ``("nn", k)``; ``sample_vals``: ``(rows, columns)``, NaN where NULL.
+    ``("n", None)``, ``("s", k)`` and ``("nn", k)``; ``sample_vals``: ``(rows, columns)``, NaN where NULL;
+    ``outlier_gid`` and ``outlier_vals`` the rows set aside whole, alike.
     """
 
     meta: dict
@@ -333,6 +339,8 @@ class StoredSynopsis:
     scores: dict[tuple[int, int], float]
     sample_gid: np.ndarray
     sample_vals: np.ndarray
+    outlier_gid: np.ndarray
+    outlier_vals: np.ndarray
 
 
 def _array(d: dict, c: str, dtype=np.float64) -> np.ndarray:
@@ -436,12 +444,18 @@ def read(con: Connector, table_name: str) -> StoredSynopsis:
                                 _array(pr, "n")[sel], (cell_map(ra, infos[a].bins), cell_map(rb, infos[b].bins))))
     scores = {(int(a), int(b)): float(v) for a, b, v in grids["scores"]}
 
-    sample = con.fetch_numpy(_select(table(f"sample_{sid}")))
-    s_gid = np.asarray(sample["gid"], dtype=np.int64)
+    s_gid, s_vals = _rows(con, table(f"sample_{sid}"), len(infos))
+    o_gid, o_vals = _rows(con, table(f"outliers_{sid}"), len(infos))
+    return StoredSynopsis(meta, infos, groups, marg, sums, pairs, scores, s_gid, s_vals, o_gid, o_vals)
+
+
+def _rows(con: Connector, tbl: exp.Table, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """A table of the sample's layout: its group ids ``(rows,)`` and values ``(rows, k)``, NaN where NULL."""
+    got = con.fetch_numpy(_select(tbl))
     cols_v = []
-    for j in range(len(infos)):
-        a = sample[f"v{j}"]
+    for j in range(k):
+        a = got[f"v{j}"]
         cols_v.append(np.ma.filled(a.astype(np.float64), np.nan) if np.ma.isMaskedArray(a)
                       else np.asarray(a, dtype=np.float64))
-    s_vals = np.stack(cols_v, axis=1)
-    return StoredSynopsis(meta, infos, groups, marg, sums, pairs, scores, s_gid, s_vals)
+    gid = np.asarray(got["gid"], dtype=np.int64)
+    return gid, (np.stack(cols_v, axis=1) if cols_v else np.zeros((len(gid), 0)))

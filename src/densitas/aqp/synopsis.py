@@ -253,7 +253,8 @@ class Synopsis:
     """Loaded synopsis of one table (see :mod:`densitas.aqp.build`)."""
 
     def __init__(self, meta: dict, infos: list[ColumnInfo], groups: pd.DataFrame, marg: dict, sums: dict,
-                 pairs: list[Pair], scores: dict, sample_gid: np.ndarray, sample_vals: np.ndarray) -> None:
+                 pairs: list[Pair], scores: dict, sample_gid: np.ndarray, sample_vals: np.ndarray,
+                 outliers: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         self.meta = meta
         self.table = meta["table_name"]
         self.infos = infos
@@ -302,6 +303,10 @@ class Synopsis:
         self._cell_count_cache: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._sum_ratio_cache: dict[tuple, np.ndarray] = {}
         self.read_all_rows = False  # the reference computation: every sample row enters every query
+        # the rows set aside whole at the build (a value far out in a heavy tail): the histograms, grids and
+        # sample describe the others, and every query adds these rows' exact share (_outlier_totals)
+        o_gid, o_vals = outliers if outliers is not None else (np.zeros(0, np.int64), np.zeros((0, len(infos))))
+        self.o_gid, self.o_vals = np.asarray(o_gid, dtype=np.int64), np.asarray(o_vals, dtype=np.float64)
 
     # ---- query resolution -------------------------------------------------------------------------------
     def size_bytes(self) -> int:
@@ -507,6 +512,25 @@ class Synopsis:
             ok |= _accepts(v, *iv)  # NaN (NULL) compares false
         return ok
 
+    def _outlier_totals(self, box: dict, keys: list) -> np.ndarray:
+        """(G, len(keys)): the exact totals of the rows set aside whole (``o_vals``) that lie in ``box``, per group
+        and key: their count (``("n", None)``), non-NULL count (``("nn", j)``), sum (``("s", j)``) and sum less
+        the column's centre (``("d", j)``)."""
+        inside = np.ones(len(self.o_gid), dtype=bool)
+        for j, ivals in box.items():
+            inside &= self._row_match(j, ivals, self.o_vals[:, j])
+        gid, vals = self.o_gid[inside], self.o_vals[inside]
+        out = np.zeros((len(self.N), len(keys)))
+        for k, (kind, j) in enumerate(keys):
+            if j is None:
+                w: np.ndarray | float = 1.0
+            else:
+                v = vals[:, j]
+                known = ~np.isnan(v)
+                w = {"nn": known, "s": np.where(known, v, 0.0), "d": np.where(known, v - self.centre[j], 0.0)}[kind]
+            out[:, k] = np.bincount(gid, np.broadcast_to(w, gid.shape).astype(np.float64), minlength=len(self.N))
+        return out
+
     # ---- estimation -----------------------------------------------------------------------------------------
     def estimate(self, q: Query, method: str = "grid") -> tuple[dict, list[dict]]:
         """The output groups' label columns (name -> array; empty without GROUP BY), and per aggregate the
@@ -531,6 +555,8 @@ class Synopsis:
             needs += [nn] if a.func == "count" else [("s" if a.func == "sum" else "d", j), nn]
         keys = list(dict.fromkeys([("n", None), *needs]))  # row counts always: empty groups are dropped
         est, var_fn, support = (self._grid if method == "grid" else self._kde)(cols, box, keys)
+        if len(self.o_gid):
+            est = est + self._outlier_totals(box, keys)  # exact: no variance
 
         # output groups
         gids = np.flatnonzero(gmask)
@@ -1303,4 +1329,5 @@ def load(con: Connector, table: str) -> Synopsis:
         rowsum = tuple(np.bincount(flat[d], p.n, minlength=G * R[d]).reshape(G, R[d]) for d in (0, 1))
         pairs.append(Pair(**{**vars(p), "res": (R[0] - 1, R[1] - 1)},
                           starts=(_starts(maps[0]), _starts(maps[1])), rowsum=rowsum, flat=flat))
-    return Synopsis(st.meta, st.infos, st.groups, st.marg, st.sums, pairs, st.scores, st.sample_gid, st.sample_vals)
+    return Synopsis(st.meta, st.infos, st.groups, st.marg, st.sums, pairs, st.scores, st.sample_gid, st.sample_vals,
+                    (st.outlier_gid, st.outlier_vals))
