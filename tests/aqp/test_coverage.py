@@ -36,8 +36,12 @@ TABLES = {
     # 60 small groups, each with its own location and scale; heavy-tailed values
     "small_groups": f"SELECT i, g, x, exp(2 * {U.format(k=9)} + x / 50) AS y FROM (SELECT i, (i % 60) AS g, "
                     f"(i % 60) + 20 * {U.format(k=7)} * {U.format(k=8)} AS x FROM range(40000) r(i))",
+    # a Zipf-like count (P(y >= k) ~ k^-1.2: no finite variance below its cap) under a uniform x and 4 groups:
+    # its largest values are set aside whole, the rest of its tail still rests on the sample
+    "heavy_tail": f"SELECT i, (i % 4) AS g, 100 * {U.format(k=10)} AS x, "
+                  f"least(floor(pow({U.format(k=11)} + 1e-12, -1 / 1.2)), 5000) AS y FROM range(40000) r(i)",
 }
-GROUPS = {"three_way": None, "functional": None, "small_groups": ["g"]}
+GROUPS = {"three_way": None, "functional": None, "small_groups": ["g"], "heavy_tail": ["g"]}
 
 
 @dataclass

@@ -711,7 +711,7 @@ def find_outliers(con: Connector, binned: Binned, infos: list[ColumnInfo], n_sam
         if len(cols) > 1 else _distance(binned, cols[0], centre, c)
     t = con.fetch_rows(sqlglot.select(exp.alias_(far, "t", quoted=True)).from_(binned.table)
                        .order_by(exp.Ordered(this=_col("t"), desc=True)).limit(1).offset(cap))[0][0]
-    w = max(1.0, float(t or 0.0)) * c
+    w = max(1.0, float(t or 0.0)) * (1 + 1e-9) * c  # the row at t and its ties stay: at most cap rows leave
     return OutlierRule([None if b is None else (centre[j][0] - w * centre[j][1], centre[j][0] + w * centre[j][1])
                         for j, b in enumerate(rule.bounds)])
 

@@ -122,13 +122,15 @@ def _edges_frame(infos: list, occ: pd.DataFrame) -> pd.DataFrame:
     return b.edges_frame(infos, b.merge_occupied([*old, occ]))
 
 
-def _misfit(con: Connector, binned: b.Binned, infos: list, delta_rows: int) -> str | None:
+def _misfit(con: Connector, binned: b.Binned, infos: list, delta_rows: int, rule: b.OutlierRule) -> str | None:
     """Why the binned appended rows do not fit the synopsis (new groups, values outside a discrete column's
-    values, NULLs in a column without them), or None."""
+    values in a row ``rule`` does not set aside, NULLs in a column without them), or None."""
     parts: list[exp.Expression] = [exp.Count(this=exp.Star())]
+    aside = rule.predicate(binned.v)
+    kept = exp.true() if aside is None else exp.Not(this=exp.paren(exp.func("coalesce", aside, exp.false())))
     for j, info in enumerate(infos):
-        bad = exp.and_(binned.b(j).eq(b._num(0)), binned.v(j).is_(exp.null()).not_()) if info.discrete \
-            else binned.v(j).is_(exp.null()) if not info.nullable else exp.false()
+        bad = exp.and_(binned.b(j).eq(b._num(0)), binned.v(j).is_(exp.null()).not_(), kept.copy()) \
+            if info.discrete else binned.v(j).is_(exp.null()) if not info.nullable else exp.false()
         parts.append(exp.Sum(this=exp.case().when(bad, b._num(1)).else_(b._num(0))))
     row = con.fetch_rows(sqlglot.select(*parts).from_(binned.table))[0]
     if int(row[0]) != delta_rows:
@@ -229,13 +231,14 @@ def refresh(con: Connector, table: str, *, verify: bool = False) -> RefreshResul
     new = SynopsisTables.of(uuid.uuid4().hex[:12], infos, cols.group_types)
     with con.transaction():
         binned = b.bin_rows(con, old, table, cols, where=delta.where)
-        misfit = _misfit(con, binned, infos, delta.rows)
+        rule = b.OutlierRule.from_json(opts.get("outliers"), len(infos))
+        misfit = _misfit(con, binned, infos, delta.rows, rule)
         if misfit is not None:
             b._drop(con, binned.table)
             reason = misfit
         else:
             reason = None
-            _merge_outliers(con, binned, old, new, b.OutlierRule.from_json(opts.get("outliers"), len(infos)))
+            _merge_outliers(con, binned, old, new, rule)
             _merge_tables(con, binned, old, new, infos, grids)
             sample_rows = _merge_sample(con, binned, old, new, opts)
             occ = con.fetch_df(_union([b.occupied(binned, j) for j in range(len(infos))]))

@@ -1,0 +1,141 @@
+"""Rows set aside whole (outlier indexing): which rows, and that every answer counts them exactly once.
+
+The reference is a NumPy re-derivation of the build's rule (:func:`densitas.aqp.build.find_outliers`) on the
+table's values and exact DuckDB answers. Random tables print their seed on failure; replay with
+``DENSITAS_TEST_SEED``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from densitas.aqp import build as build_mod
+from densitas.aqp import store
+
+SEED = int(os.environ.get("DENSITAS_TEST_SEED", "20261123"))
+ROWS = 30_000
+SAMPLE = 1_500  # N/n = 20: c = sqrt(20), about 4.5 deviations
+
+
+def heavy_table(seed: int, rows: int = ROWS) -> pd.DataFrame:
+    """A Zipf-like count ``y`` (P(y >= k) ~ k^-1.2: no finite variance below its cap), a light-tailed ``x``
+    (uniform), a normal ``z`` with a few NULLs, and a group ``g``."""
+    rng = np.random.default_rng(seed)
+    y = np.minimum(np.floor(rng.random(rows) ** (-1 / 1.2)), 5_000).astype(np.int64)
+    z = rng.normal(50, 5, rows)
+    z[rng.random(rows) < 0.02] = np.nan
+    return pd.DataFrame({"x": rng.random(rows) * 100, "y": y, "z": pd.Series(z).astype("Float64"),
+                         "g": np.array(["a", "b", "c"])[rng.integers(0, 3, rows)]})
+
+
+def reference_rule(frame: pd.DataFrame, cols: list[str], n_sample: int) -> list[tuple[float, float] | None]:
+    """The build's rule in NumPy: bounds at mean ± c·sd of the rows within them (a fixed point), c = sqrt(N/n),
+    widened alike on every column (in units of c·sd) where more than a tenth of the sample's rows lie outside:
+    to the distance of the row that would be one too many (a hair beyond, so that it and its ties stay)."""
+    n_rows = len(frame)
+    c = math.sqrt(n_rows / n_sample)
+    vals = {k: frame[k].to_numpy(dtype=np.float64, na_value=np.nan) for k in cols}
+    bounds = {k: (-math.inf, math.inf) for k in cols}
+    centre = {}
+    for _ in range(build_mod.OUTLIER_ROUNDS):
+        new = {}
+        for k in cols:
+            v = vals[k][~np.isnan(vals[k])]  # SQL's AVG and STDDEV_POP skip NULLs
+            kept = v[(v >= bounds[k][0]) & (v <= bounds[k][1])]
+            centre[k] = (kept.mean(), kept.std())
+            new[k] = (centre[k][0] - c * centre[k][1], centre[k][0] + c * centre[k][1])
+        if new == bounds:
+            break
+        bounds = new
+    dist = np.max([np.nan_to_num(np.abs(vals[k] - centre[k][0]) / (c * centre[k][1])) for k in cols], axis=0)
+    cap = int(build_mod.OUTLIER_SHARE * n_sample)
+    t = 1.0 if (dist > 1).sum() <= cap else max(1.0, float(np.sort(dist)[::-1][cap])) * (1 + 1e-9)  # ties stay
+    return [(centre[k][0] - t * c * centre[k][1], centre[k][0] + t * c * centre[k][1]) for k in cols]
+
+
+def _load(eng, frame: pd.DataFrame) -> None:
+    eng.con.execute("CREATE TABLE t (x FLOAT8, y BIGINT, z FLOAT8, g VARCHAR)")
+    eng.con.insert_frame(build_mod.table_expr("t"), frame)
+
+
+def test_the_rows_set_aside_are_those_of_the_rule(any_engine):
+    """DuckDB and PostgreSQL: the stored bounds are NumPy's fixed point, the outliers table holds exactly the rows
+    outside them, and each group's row count no longer counts them."""
+    frame = heavy_table(SEED)
+    _load(any_engine, frame)
+    meta = any_engine.build("t", ["x", "y", "z"], ["g"], sample_size=SAMPLE, seed=5)
+    want = reference_rule(frame, ["x", "y", "z"], SAMPLE)
+    got = json.loads(meta["options"])["outliers"]
+    msg = f"seed {SEED}: stored {got}, NumPy {want}"
+    for k in range(3):  # with the cap binding, every column's bounds widen alike
+        assert got[k] == pytest.approx(list(want[k]), rel=1e-9), msg
+    assert want[0][0] < 0 and want[0][1] > 100 and want[2][1] > frame["z"].max(), msg  # light tails: none outside
+    st = store.read(any_engine.con, "t")
+    lo, hi = got[1]
+    y = frame["y"].to_numpy()
+    outside = (y < lo) | (y > hi)
+    assert 0 < outside.sum() <= build_mod.OUTLIER_SHARE * SAMPLE, msg
+    assert np.array_equal(np.sort(st.outlier_vals[:, 1]), np.sort(y[outside].astype(float))), msg
+    per_group = frame.groupby("g").size().to_numpy()
+    aside = np.bincount(st.outlier_gid, minlength=3)
+    assert np.array_equal(st.groups["n"].to_numpy() + aside, per_group), msg
+
+
+@pytest.mark.parametrize("seed", [SEED, SEED + 7])
+def test_every_answer_counts_the_rows_set_aside_once(mem_engine, seed):
+    """Whole-table answers (the histograms' exact totals plus the rows set aside) are exact, and so is a box
+    that holds the set-aside rows only; a mutation that drops them, or counts them twice, fails."""
+    frame = heavy_table(seed)
+    _load(mem_engine, frame)
+    meta = mem_engine.build("t", ["x", "y", "z"], ["g"], sample_size=SAMPLE, seed=seed % 1000)
+    hi = json.loads(meta["options"])["outliers"][1][1]
+    for sql in ("SELECT g, COUNT(*) AS v FROM t GROUP BY g", "SELECT g, SUM(y) AS v FROM t GROUP BY g",
+                "SELECT AVG(y) AS v FROM t", "SELECT AVG(z) AS v FROM t",
+                f"SELECT g, COUNT(*) AS v FROM t WHERE y > {hi} GROUP BY g",
+                f"SELECT SUM(y) AS v FROM t WHERE y > {hi}", f"SELECT AVG(y) AS v FROM t WHERE y > {hi}"):
+        apx, ex = mem_engine.query(sql), mem_engine.exact(sql)
+        if "g" in ex.columns:
+            ex, apx = ex.sort_values("g"), apx.sort_values("g")
+        assert apx["v"].to_numpy(dtype=float) == pytest.approx(ex["v"].to_numpy(dtype=float), rel=1e-9), \
+            f"seed {seed}: {sql}"
+
+
+def test_light_tails_set_nothing_aside(mem_engine):
+    mem_engine.con.execute("CREATE TABLE t AS SELECT (i % 1000)::DOUBLE AS x, ((i * 7) % 997)::DOUBLE AS y "
+                           "FROM range(40000) r(i)")
+    mem_engine.build("t", sample_size=1_000)
+    assert len(store.read(mem_engine.con, "t").outlier_gid) == 0
+
+
+def test_outliers_can_be_switched_off(mem_engine):
+    _load(mem_engine, heavy_table(SEED))
+    meta = mem_engine.build("t", ["x", "y"], sample_size=SAMPLE, outliers=False)
+    assert json.loads(meta["options"])["outliers"] == [None, None]
+    assert len(store.read(mem_engine.con, "t").outlier_gid) == 0
+
+
+def test_a_refresh_sets_appended_rows_aside_by_the_build_rule(mem_engine):
+    """Appended rows beyond the stored bounds join the outliers, the others the grids: whole-table answers stay
+    exact and the bounds stay those of the build."""
+    frame = heavy_table(SEED)
+    _load(mem_engine, frame.iloc[:20_000])
+    meta = mem_engine.build("t", ["x", "y", "z"], ["g"], sample_size=1_000, seed=3)
+    bounds = json.loads(meta["options"])["outliers"]
+    before = len(store.read(mem_engine.con, "t").outlier_gid)
+    mem_engine.con.insert_frame(build_mod.table_expr("t"), frame.iloc[20_000:])
+    res = mem_engine.refresh("t")
+    assert res["refresh"] == "merged", res.get("refresh_reason")
+    assert json.loads(res["options"])["outliers"] == bounds
+    st = store.read(mem_engine.con, "t")
+    y = frame["y"].to_numpy()
+    lo, hi = bounds[1]
+    assert len(st.outlier_gid) == int(((y < lo) | (y > hi)).sum()) > before
+    for sql in ("SELECT g, SUM(y) AS v FROM t GROUP BY g ORDER BY g", "SELECT COUNT(*) AS v FROM t"):
+        assert mem_engine.query(sql)["v"].to_numpy(dtype=float) == pytest.approx(
+            mem_engine.exact(sql)["v"].to_numpy(dtype=float), rel=1e-9), sql
