@@ -221,7 +221,17 @@ def _is_real(value: object) -> bool:
 
 
 def check_table_name(table: object) -> None:
-    """Raise :class:`~densitas.InputError` unless ``table`` is a table name (a non-empty string)."""
+    """Raise :class:`~densitas.InputError` unless ``table`` is a table name (a non-empty string).
+
+    Examples
+    --------
+    >>> check_table_name("lineitem")
+    >>> try:
+    ...     check_table_name(" ")
+    ... except InputError as err:
+    ...     print(err)
+    The 'table' parameter must be a table name (a non-empty string). Got ' ' instead.
+    """
     if not isinstance(table, str) or not table.strip():
         raise InputError(f"The 'table' parameter must be a table name (a non-empty string). Got {table!r} instead.")
 
@@ -673,6 +683,19 @@ def find_outliers(con: Connector, binned: Binned, infos: list[ColumnInfo], n_sam
     and with them set aside the rest's deviation shrinks, so more qualify: hence the fixed point. A light-tailed
     column (uniform, normal at 1% sampling: ``c`` = 10) has none. This is outlier indexing (Chaudhuri, Das, Datar,
     Motwani and Narasayya, "Overcoming limitations of sampling for aggregation queries", ICDE 2001).
+
+    Examples
+    --------
+    >>> import duckdb, json
+    >>> from densitas.aqp import Engine
+    >>> eng = Engine(duckdb.connect())
+    >>> eng.con.execute("CREATE TABLE t AS SELECT (i % 100)::DOUBLE AS x, "
+    ...                 "CASE WHEN i % 1000 = 0 THEN 1e6 ELSE i % 7 END AS y FROM range(100000) r(i)")
+    >>> meta = eng.build("t", sample_size=2_000)
+    >>> [round(b) for b in json.loads(meta["options"])["outliers"][1]]  # y: 3 ± sqrt(50)·2; its 100 values of 1e6 go
+    [-11, 17]
+    >>> eng.query("SELECT SUM(y) AS s FROM t WHERE x < 1")["s"].iloc[0]      # exact: 100 × 1e6 + 2,698
+    np.float64(100002698.0)
     """
     n_rows = count_rows(con, binned.table)
     cols = [j for j, info in enumerate(infos) if info.numeric]
@@ -1143,7 +1166,21 @@ class RowCosts:
 
     def of(self, con: Connector, tables: SynopsisTables, *kinds: str) -> int:
         """Bytes of the synopsis' tables of ``kinds`` at these costs (``edges`` and ``groups`` at their
-        layouts' widths)."""
+        layouts' widths; a row set aside whole at a sample row's).
+
+        Examples
+        --------
+        >>> import duckdb
+        >>> from densitas.aqp import Engine
+        >>> from densitas.aqp.store import read
+        >>> eng = Engine(duckdb.connect())
+        >>> eng.con.execute("CREATE TABLE t AS SELECT (i % 50)::DOUBLE AS x FROM range(1000) r(i)")
+        >>> meta = eng.build("t", sample_size=300)
+        >>> st = read(eng.con, "t")
+        >>> tables = SynopsisTables.of(meta["id"], st.infos, [])
+        >>> RowCosts(marg=2.0, sums=0.0, pairs=0.0, sample=1.0).of(eng.con, tables, "marg", "sample")  # 50·2 + 300
+        400
+        """
         return round(sum(count_rows(con, tables.table(k))
                          * (getattr(tables, k).row_bytes if k in ("edges", "groups") else getattr(self, k))
                          for k in kinds))

@@ -126,8 +126,10 @@ def bench_aqp(
         if db is None:
             typer.echo("error: --table needs --db (the database holding the table and its synopsis).", err=True)
             raise typer.Exit(code=2)
-        if sample_size is not None or budget is not None:
-            typer.echo("error: --sample-size and --budget apply to the evaluation tables, not to --table (its "
+        given = [f"{name} {value}" for name, value in (("--sample-size", sample_size), ("--budget", budget))
+                 if value is not None]
+        if given:
+            typer.echo(f"error: {' and '.join(given)}: these apply to the evaluation tables, not to --table (its "
                        "stored synopsis is used).", err=True)
             raise typer.Exit(code=2)
         _aqp("bench", db, table, queries, 0 if seed is None else seed, method)
