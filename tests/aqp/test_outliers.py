@@ -24,13 +24,15 @@ SAMPLE = 1_500  # N/n = 20: c = sqrt(20), about 4.5 deviations
 
 
 def heavy_table(seed: int, rows: int = ROWS) -> pd.DataFrame:
-    """A Zipf-like count ``y`` (P(y >= k) ~ k^-1.2: no finite variance below its cap), a light-tailed ``x``
-    (uniform), a normal ``z`` with a few NULLs, and a group ``g``."""
+    """A Zipf-like count ``y`` (P(y >= k) ~ k^-1.2: no finite variance below its cap; few distinct values, so a
+    discrete column), a light-tailed ``x`` (uniform), a normal ``z`` with a few NULLs, a Pareto ``w`` (continuous)
+    and a group ``g``."""
     rng = np.random.default_rng(seed)
     y = np.minimum(np.floor(rng.random(rows) ** (-1 / 1.2)), 5_000).astype(np.int64)
     z = rng.normal(50, 5, rows)
     z[rng.random(rows) < 0.02] = np.nan
     return pd.DataFrame({"x": rng.random(rows) * 100, "y": y, "z": pd.Series(z).astype("Float64"),
+                         "w": (1 - rng.random(rows)) ** (-1 / 1.5),
                          "g": np.array(["a", "b", "c"])[rng.integers(0, 3, rows)]})
 
 
@@ -41,18 +43,18 @@ def reference_rule(frame: pd.DataFrame, cols: list[str], n_sample: int) -> list[
     n_rows = len(frame)
     c = math.sqrt(n_rows / n_sample)
     vals = {k: frame[k].to_numpy(dtype=np.float64, na_value=np.nan) for k in cols}
-    bounds = {k: (-math.inf, math.inf) for k in cols}
-    centre = {}
+    centre: dict = {}
     for _ in range(build_mod.OUTLIER_ROUNDS):
-        new = {}
+        moved = False
         for k in cols:
             v = vals[k][~np.isnan(vals[k])]  # SQL's AVG and STDDEV_POP skip NULLs
-            kept = v[(v >= bounds[k][0]) & (v <= bounds[k][1])]
-            centre[k] = (kept.mean(), kept.std())
-            new[k] = (centre[k][0] - c * centre[k][1], centre[k][0] + c * centre[k][1])
-        if new == bounds:
+            if k in centre:
+                v = v[np.abs(v - centre[k][0]) <= c * centre[k][1]]
+            m, sd = v.mean(), v.std()
+            if sd > 1e-11 * abs(m) and centre.get(k) != (m, sd):
+                centre[k], moved = (m, sd), True
+        if not moved:
             break
-        bounds = new
     dist = np.max([np.nan_to_num(np.abs(vals[k] - centre[k][0]) / (c * centre[k][1])) for k in cols], axis=0)
     cap = int(build_mod.OUTLIER_SHARE * n_sample)
     t = 1.0 if (dist > 1).sum() <= cap else max(1.0, float(np.sort(dist)[::-1][cap])) * (1 + 1e-9)  # ties stay
@@ -60,7 +62,7 @@ def reference_rule(frame: pd.DataFrame, cols: list[str], n_sample: int) -> list[
 
 
 def _load(eng, frame: pd.DataFrame) -> None:
-    eng.con.execute("CREATE TABLE t (x FLOAT8, y BIGINT, z FLOAT8, g VARCHAR)")
+    eng.con.execute("CREATE TABLE t (x FLOAT8, y BIGINT, z FLOAT8, w FLOAT8, g VARCHAR)")
     eng.con.insert_frame(build_mod.table_expr("t"), frame)
 
 
@@ -98,6 +100,8 @@ def test_every_answer_counts_the_rows_set_aside_once(mem_engine, seed):
     for sql in ("SELECT g, COUNT(*) AS v FROM t GROUP BY g", "SELECT g, SUM(y) AS v FROM t GROUP BY g",
                 "SELECT AVG(y) AS v FROM t", "SELECT AVG(z) AS v FROM t",
                 f"SELECT g, COUNT(*) AS v FROM t WHERE y > {hi} GROUP BY g",
+                f"SELECT g, SUM(y) AS v FROM t WHERE y > {hi} AND x < 50 GROUP BY g",  # the box cuts them
+                f"SELECT COUNT(*) AS v FROM t WHERE y > {hi} AND z >= 50",
                 f"SELECT SUM(y) AS v FROM t WHERE y > {hi}", f"SELECT AVG(y) AS v FROM t WHERE y > {hi}"):
         apx, ex = mem_engine.query(sql), mem_engine.exact(sql)
         if "g" in ex.columns:
@@ -125,7 +129,7 @@ def test_a_refresh_sets_appended_rows_aside_by_the_build_rule(mem_engine):
     exact and the bounds stay those of the build."""
     frame = heavy_table(SEED)
     _load(mem_engine, frame.iloc[:20_000])
-    meta = mem_engine.build("t", ["x", "y", "z"], ["g"], sample_size=1_000, seed=3)
+    meta = mem_engine.build("t", ["x", "w", "z"], ["g"], sample_size=1_000, seed=3)
     bounds = json.loads(meta["options"])["outliers"]
     before = len(store.read(mem_engine.con, "t").outlier_gid)
     mem_engine.con.insert_frame(build_mod.table_expr("t"), frame.iloc[20_000:])
@@ -133,9 +137,45 @@ def test_a_refresh_sets_appended_rows_aside_by_the_build_rule(mem_engine):
     assert res["refresh"] == "merged", res.get("refresh_reason")
     assert json.loads(res["options"])["outliers"] == bounds
     st = store.read(mem_engine.con, "t")
-    y = frame["y"].to_numpy()
+    w = frame["w"].to_numpy()
     lo, hi = bounds[1]
-    assert len(st.outlier_gid) == int(((y < lo) | (y > hi)).sum()) > before
-    for sql in ("SELECT g, SUM(y) AS v FROM t GROUP BY g ORDER BY g", "SELECT COUNT(*) AS v FROM t"):
+    assert len(st.outlier_gid) == int(((w < lo) | (w > hi)).sum()) > before
+    for sql in ("SELECT g, SUM(w) AS v FROM t GROUP BY g ORDER BY g", "SELECT COUNT(*) AS v FROM t",
+                f"SELECT g, AVG(w) AS v FROM t WHERE w > {hi} GROUP BY g ORDER BY g"):
         assert mem_engine.query(sql)["v"].to_numpy(dtype=float) == pytest.approx(
             mem_engine.exact(sql)["v"].to_numpy(dtype=float), rel=1e-9), sql
+
+
+def test_a_refresh_whose_rows_lie_beyond_the_bounds_rebuilds(mem_engine):
+    """Appended rows far beyond the bounds in numbers (the distribution moved) are not stored whole without
+    limit: the refresh rebuilds, and the rebuilt synopsis keeps to the cap."""
+    frame = heavy_table(SEED)
+    _load(mem_engine, frame.iloc[:20_000])
+    mem_engine.build("t", ["x", "w"], sample_size=1_000, seed=3)
+    moved = frame.iloc[20_000:].assign(w=lambda d: d["w"] + 1e4)
+    mem_engine.con.insert_frame(build_mod.table_expr("t"), moved)
+    res = mem_engine.refresh("t")
+    assert res["refresh"] == "rebuilt" and "beyond the build's bounds" in res["refresh_reason"]
+    assert len(store.read(mem_engine.con, "t").outlier_gid) <= build_mod.OUTLIER_SHARE * 1_000
+
+
+@pytest.mark.parametrize("shape", ["flag", "constant"])
+def test_the_cap_holds_where_the_rest_has_no_spread(any_engine, shape):
+    """A rare 0/1 flag, or a constant with a few far values: once those are out, the rest has no spread (or, in
+    PostgreSQL, a round-off one). The set-aside rows stay within the cap, the sample is drawn, and whole-table
+    answers are exact. Before, the bounds collapsed to the constant and every other row (all 100,000 on
+    PostgreSQL) was set aside."""
+    rng = np.random.default_rng(SEED)
+    rows = 40_000
+    rare = rng.random(rows) < (0.03 if shape == "flag" else 0.005)
+    v = np.where(rare, 1.0 if shape == "flag" else 1e6, 0.0 if shape == "flag" else 0.1)
+    frame = pd.DataFrame({"x": rng.random(rows), "v": v})
+    any_engine.con.execute("CREATE TABLE t (x FLOAT8, v FLOAT8)")
+    any_engine.con.insert_frame(build_mod.table_expr("t"), frame)
+    any_engine.build("t", sample_size=2_000, seed=1)
+    st = store.read(any_engine.con, "t")
+    assert len(st.outlier_gid) <= build_mod.OUTLIER_SHARE * 2_000
+    assert len(st.sample_gid) >= 1_900
+    for sql in ("SELECT SUM(v) AS v FROM t", "SELECT COUNT(*) AS v FROM t", "SELECT AVG(v) AS v FROM t"):
+        assert float(any_engine.query(sql)["v"].iloc[0]) == pytest.approx(
+            float(any_engine.exact(sql)["v"].iloc[0]), rel=1e-9), sql

@@ -703,48 +703,63 @@ def find_outliers(con: Connector, binned: Binned, infos: list[ColumnInfo], n_sam
     if not cols or n_sample + cap >= n_rows:  # the sample holds about every row anyway
         return OutlierRule.none(len(infos))
     c = math.sqrt(n_rows / n_sample)
-    bounds: dict[int, tuple[float, float]] = {j: (-math.inf, math.inf) for j in cols}
-    centre: dict[int, tuple[float, float]] = {}
-    for _ in range(OUTLIER_ROUNDS):
-        stats = []
-        for j in cols:
-            lo, hi = bounds[j]
-            kept = binned.v(j) if math.isinf(lo) else exp.case().when(
-                exp.Between(this=binned.v(j), low=_real(lo), high=_real(hi)), binned.v(j))
-            stats += [exp.Avg(this=kept), exp.StddevPop(this=kept.copy())]
-        got = con.fetch_rows(sqlglot.select(*stats).from_(binned.table))[0]
-        new = {}
-        for i, j in enumerate(cols):
-            m, sd = got[2 * i], got[2 * i + 1]
-            centre[j] = (float(m or 0.0), float(sd or 0.0))
-            new[j] = (centre[j][0] - c * centre[j][1], centre[j][0] + c * centre[j][1]) if sd else bounds[j]
-        if new == bounds:
-            break
-        bounds = new
-    rule = OutlierRule([bounds.get(j) if j in bounds and math.isfinite(bounds[j][0]) else None
-                        for j in range(len(infos))])
+    centre = _fixed_point(con, binned, cols, c)
+    rule = OutlierRule([_band(centre[j], c) if j in centre else None for j in range(len(infos))])
     pred = rule.predicate(binned.v)
-    if pred is None:
+    if pred is None or _count_where(con, binned, pred) <= cap:
         return rule
-    if con.fetch_rows(sqlglot.select(_count()).from_(binned.table).where(pred))[0][0] <= cap:
-        return rule
-    # too many: keep the farthest, in units of c deviations (t > 1 scales every column's bounds alike)
-    far = exp.Greatest(this=_distance(binned, cols[0], centre, c),
-                       expressions=[_distance(binned, j, centre, c) for j in cols[1:]]) \
-        if len(cols) > 1 else _distance(binned, cols[0], centre, c)
+    # too many: keep the farthest, in units of c deviations (t > 1 widens every column's bounds alike)
+    dist = [_distance(binned, j, centre[j], c) for j in centre]
+    far = exp.Greatest(this=dist[0], expressions=dist[1:]) if len(dist) > 1 else dist[0]
     t = con.fetch_rows(sqlglot.select(exp.alias_(far, "t", quoted=True)).from_(binned.table)
                        .order_by(exp.Ordered(this=_col("t"), desc=True)).limit(1).offset(cap))[0][0]
     w = max(1.0, float(t or 0.0)) * (1 + 1e-9) * c  # the row at t and its ties stay: at most cap rows leave
-    return OutlierRule([None if b is None else (centre[j][0] - w * centre[j][1], centre[j][0] + w * centre[j][1])
-                        for j, b in enumerate(rule.bounds)])
+    rule = OutlierRule([_band(centre[j], w) if j in centre else None for j in range(len(infos))])
+    pred = rule.predicate(binned.v)
+    return rule if pred is not None and _count_where(con, binned, pred) <= cap else OutlierRule.none(len(infos))
 
 
-def _distance(binned: Binned, j: int, centre: dict[int, tuple[float, float]], c: float) -> exp.Expression:
-    """How far a row's value of column ``j`` lies from its centre, in units of ``c`` deviations (0 where NULL or
-    where the column has no spread)."""
-    m, sd = centre[j]
-    if not sd:
-        return _real(0.0)
+def _fixed_point(con: Connector, binned: Binned, cols: list[int], c: float) -> dict[int, tuple[float, float]]:
+    """Per column of ``cols`` with spread, the mean and deviation of the values within ``c`` deviations of that
+    mean (iterated from all values, at most :data:`OUTLIER_ROUNDS` rounds). A column whose kept values have no
+    spread left (a flag, a constant with a few far values) keeps the round before, whose band it then is; one
+    with no spread at all gets none."""
+    centre: dict[int, tuple[float, float]] = {}
+    active = list(cols)
+    for _ in range(OUTLIER_ROUNDS):
+        if not active:
+            break
+        stats = []
+        for j in active:
+            kept = binned.v(j) if j not in centre else exp.case().when(
+                exp.Between(this=binned.v(j), low=_real(_band(centre[j], c)[0]), high=_real(_band(centre[j], c)[1])),
+                binned.v(j))
+            stats += [exp.Avg(this=kept), exp.StddevPop(this=kept.copy())]
+        got = con.fetch_rows(sqlglot.select(*stats).from_(binned.table))[0]
+        still = []
+        for i, j in enumerate(active):
+            m, sd = float(got[2 * i] or 0.0), float(got[2 * i + 1] or 0.0)
+            if sd <= 1e-11 * abs(m) or sd == 0.0:  # no spread (up to the database's round-off: 1e-12 relative)
+                continue
+            if centre.get(j) != (m, sd):
+                centre[j] = (m, sd)
+                still.append(j)
+        active = still
+    return centre
+
+
+def _band(centre: tuple[float, float], width: float) -> tuple[float, float]:
+    """``mean ± width · deviation``."""
+    return centre[0] - width * centre[1], centre[0] + width * centre[1]
+
+
+def _count_where(con: Connector, binned: Binned, pred: exp.Expression) -> int:
+    return int(con.fetch_rows(sqlglot.select(_count()).from_(binned.table).where(pred))[0][0])
+
+
+def _distance(binned: Binned, j: int, centre: tuple[float, float], c: float) -> exp.Expression:
+    """How far a row's value of column ``j`` lies from its mean, in units of ``c`` deviations (0 where NULL)."""
+    m, sd = centre
     return exp.func("coalesce", exp.Div(this=exp.Abs(this=exp.Sub(this=binned.v(j), expression=_real(m))),
                                         expression=_real(c * sd)), _real(0.0))
 

@@ -122,16 +122,17 @@ def _edges_frame(infos: list, occ: pd.DataFrame) -> pd.DataFrame:
     return b.edges_frame(infos, b.merge_occupied([*old, occ]))
 
 
-def _misfit(con: Connector, binned: b.Binned, infos: list, delta_rows: int, rule: b.OutlierRule) -> str | None:
+def _misfit(con: Connector, binned: b.Binned, infos: list, delta_rows: int, rule: b.OutlierRule,
+            aside_room: float) -> str | None:
     """Why the binned appended rows do not fit the synopsis (new groups, values outside a discrete column's
-    values in a row ``rule`` does not set aside, NULLs in a column without them), or None."""
+    values, NULLs in a column without them, more rows beyond ``rule``'s bounds than ``aside_room``), or None."""
     parts: list[exp.Expression] = [exp.Count(this=exp.Star())]
-    aside = rule.predicate(binned.v)
-    kept = exp.true() if aside is None else exp.Not(this=exp.paren(exp.func("coalesce", aside, exp.false())))
     for j, info in enumerate(infos):
-        bad = exp.and_(binned.b(j).eq(b._num(0)), binned.v(j).is_(exp.null()).not_(), kept.copy()) \
-            if info.discrete else binned.v(j).is_(exp.null()) if not info.nullable else exp.false()
+        bad = exp.and_(binned.b(j).eq(b._num(0)), binned.v(j).is_(exp.null()).not_()) if info.discrete \
+            else binned.v(j).is_(exp.null()) if not info.nullable else exp.false()
         parts.append(exp.Sum(this=exp.case().when(bad, b._num(1)).else_(b._num(0))))
+    aside = rule.predicate(binned.v)
+    parts.append(exp.Sum(this=exp.case().when(exp.false() if aside is None else aside, b._num(1)).else_(b._num(0))))
     row = con.fetch_rows(sqlglot.select(*parts).from_(binned.table))[0]
     if int(row[0]) != delta_rows:
         return f"{delta_rows - int(row[0])} appended rows belong to GROUP BY combinations the synopsis does not hold"
@@ -139,6 +140,9 @@ def _misfit(con: Connector, binned: b.Binned, infos: list, delta_rows: int, rule
         if int(row[1 + j] or 0):
             what = "values the discrete column did not hold" if info.discrete else "NULLs (it had none)"
             return f"{int(row[1 + j])} appended rows have {what} in {info.name!r}"
+    if int(row[-1] or 0) > aside_room:
+        return (f"{int(row[-1])} appended rows lie beyond the build's bounds for rows stored whole, more than the "
+                f"synopsis keeps room for ({int(aside_room)})")
     return None
 
 
@@ -232,7 +236,10 @@ def refresh(con: Connector, table: str, *, verify: bool = False) -> RefreshResul
     with con.transaction():
         binned = b.bin_rows(con, old, table, cols, where=delta.where)
         rule = b.OutlierRule.from_json(opts.get("outliers"), len(infos))
-        misfit = _misfit(con, binned, infos, delta.rows, rule)
+        # room for rows stored whole: twice the build's share of a sample grown with the table, less those stored
+        grown = int(opts.get("sample_size") or 0) * (int(meta["rows"]) + delta.rows) / max(int(meta["rows"]), 1)
+        room = 2 * b.OUTLIER_SHARE * grown - count_rows(con, old.table("outliers"))
+        misfit = _misfit(con, binned, infos, delta.rows, rule, room)
         if misfit is not None:
             b._drop(con, binned.table)
             reason = misfit
