@@ -179,3 +179,20 @@ def test_the_cap_holds_where_the_rest_has_no_spread(any_engine, shape):
     for sql in ("SELECT SUM(v) AS v FROM t", "SELECT COUNT(*) AS v FROM t", "SELECT AVG(v) AS v FROM t"):
         assert float(any_engine.query(sql)["v"].iloc[0]) == pytest.approx(
             float(any_engine.exact(sql)["v"].iloc[0]), rel=1e-9), sql
+
+
+def test_a_group_of_rows_all_set_aside(mem_engine):
+    """A group whose every row is stored whole has no rows left for the model (N = 0): its answers are exact, by
+    either method, and nothing warns (a 0/0 in the fit's g-weights did; warnings are errors here)."""
+    mem_engine.con.execute("CREATE TABLE t AS SELECT (i % 100)::DOUBLE AS x, CASE WHEN i % 1000 = 0 THEN 'z' ELSE "
+                           "'a' END AS g, CASE WHEN i % 1000 = 0 THEN 1e6 + i ELSE (i % 7)::DOUBLE END AS y "
+                           "FROM range(100000) r(i)")
+    mem_engine.build("t", group_by=["g"], sample_size=3000)
+    st = store.read(mem_engine.con, "t")
+    assert st.groups.set_index("g").loc["z", "n"] == 0 and len(st.outlier_gid) == 100
+    for method in ("grid", "kde"):
+        for sql in ("SELECT g, SUM(y) AS v FROM t WHERE x < 40 GROUP BY g ORDER BY g",
+                    "SELECT g, AVG(y) AS v FROM t WHERE y > 100 GROUP BY g ORDER BY g"):
+            got = mem_engine.query(sql, method=method).set_index("g")["v"]
+            want = mem_engine.exact(sql).set_index("g")["v"]
+            assert got["z"] == pytest.approx(want["z"], rel=1e-12), (method, sql)

@@ -637,7 +637,8 @@ def _g_coefficients(Xt: np.ndarray, ginv: np.ndarray, xsum: np.ndarray, N: np.nd
     is ``Σ (N/n) g_i y_i``. ``xsum`` (G, p) holds the terms' sums over each group's sample rows
     (:attr:`_Fit.xsum`)."""
     w = (N / np.maximum(n, 1))[:, None]
-    return np.einsum("...gij,...gj->...gi", ginv, Xt - xsum * w) / w
+    # a group of no rows (all of them stored whole: N = 0) has no sample and no weights
+    return np.einsum("...gij,...gj->...gi", ginv, Xt - xsum * w) / np.where(w > 0, w, 1.0)
 
 
 def _fit(X: _Design, y: np.ndarray, n: np.ndarray) -> _Fit:
