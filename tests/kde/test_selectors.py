@@ -153,9 +153,17 @@ def test_lscv_gradient_matches_finite_differences(rng):
 
 
 def test_lscv_binned_1d_close_to_exact(rng):
+    """The binned engine finds the exact engine's minimum; where LSCV has two near-equal minima (seed 126593047:
+    h = 0.037 and 0.116, 4e-4 apart in LSCV) it may take the other one, which must then be a minimum of the exact
+    criterion (float64 brute force) within 1e-3 of the least value."""
     x = rng.normal(size=3000)
-    assert bandwidth(x, "lscv_h", engine="binned", device="cpu") == pytest.approx(
-        bandwidth(x, "lscv_h", engine="exact", device="cpu"), rel=2e-3)
+    hb = bandwidth(x, "lscv_h", engine="binned", device="cpu")
+    he = bandwidth(x, "lscv_h", engine="exact", device="cpu")
+    if hb == pytest.approx(he, rel=2e-3):
+        return
+    at = {h: lscv_bruteforce(x, h) for h in (hb * 0.98, hb, hb * 1.02, he)}
+    assert at[hb] <= min(at[hb * 0.98], at[hb * 1.02]), f"binned h {hb} is no minimum of the exact LSCV (exact {he})"
+    assert at[hb] - at[he] <= 1e-3 * abs(at[he]), f"binned h {hb}: LSCV {at[hb]} against the least {at[he]}"
 
 
 # ----------------------------------------------------------------------------------- invariances
