@@ -24,6 +24,7 @@ BASE_SEED = int(os.environ.get("DENSITAS_TEST_SEED", "20261126"))
 TABLE = (f"SELECT (1 + floor(20 * {U.format(k=1)}))::INTEGER AS q, round(1000 * {U.format(k=2)} ** 2, 1) AS x, "
          f"exp(3 * {U.format(k=2)} + 0.3 * {U.format(k=3)}) AS y, DATE '2020-01-01' + floor(700 * {U.format(k=4)})"
          f"::INTEGER AS d, CASE WHEN {U.format(k=5)} < 0.1 THEN NULL ELSE {U.format(k=6)} END AS z, "
+         f"pow(1 - {U.format(k=7)}, -1 / 1.3) AS w, "  # Pareto: rows set aside whole
          "['a', 'b', 'c'][1 + (i % 3)::INTEGER] AS g FROM range({n}) r(i) ORDER BY i")
 # unequal partitions, one of them smaller than a group's sample quota
 TABLE_NAME = "functional"  # the coverage test's year/month/date table: a dependence no pair grid holds
@@ -74,6 +75,13 @@ def assert_same_synopsis(a: store.StoredSynopsis, b: store.StoredSynopsis) -> No
     assert oa["sample_size"] == ob["sample_size"] and oa["thresholds"] == ob["thresholds"]
     assert np.array_equal(a.sample_gid, b.sample_gid)
     assert np.array_equal(a.sample_vals, b.sample_vals, equal_nan=True)
+    assert [b_ is None for b_ in oa["outliers"]] == [b_ is None for b_ in ob["outliers"]]
+    for ba, bb in zip(oa["outliers"], ob["outliers"], strict=True):  # the whole table's moments, summed apart
+        assert ba is None or ba == pytest.approx(bb, rel=1e-9)
+    ka = np.lexsort((*np.nan_to_num(a.outlier_vals, nan=-1e300).T[::-1], a.outlier_gid))
+    kb = np.lexsort((*np.nan_to_num(b.outlier_vals, nan=-1e300).T[::-1], b.outlier_gid))
+    assert np.array_equal(a.outlier_gid[ka], b.outlier_gid[kb])
+    assert np.array_equal(a.outlier_vals[ka], b.outlier_vals[kb], equal_nan=True)
     assert json.loads(a.meta["bandwidths"]) == pytest.approx(json.loads(b.meta["bandwidths"]), rel=1e-12)
 
 
@@ -84,10 +92,9 @@ def reference(files: list[str], columns, group_by, **opts) -> store.StoredSynops
         eng.con.execute("CREATE TABLE t AS SELECT * FROM read_parquet(?) LIMIT 0", [files[0]])
         for f in files:
             eng.con.execute("INSERT INTO t SELECT * FROM read_parquet(?)", [f])
-        # the partitioned build counts sample and grid rows at their nominal width, stores no independent pairs and
-        # sets no rows aside
+        # the partitioned build counts sample and grid rows at their nominal width and stores no independent pairs
         eng.build("t", columns, group_by, **{"compact_sample": False, "compact_grids": False,
-                                            "independent_pairs": False, "outliers": False, **opts})
+                                            "independent_pairs": False, **opts})
         return store.read(eng.con, "t")
     finally:
         eng.close()
@@ -108,11 +115,12 @@ OPTS = {"budget_bytes": 150_000, "max_sample_rows": 3000, "bandwidth": "silverma
 
 def test_partitioned_build_equals_a_build_of_the_concatenation(any_engine, parts):
     """Stored in DuckDB or PostgreSQL, built on Dask's local scheduler: the synopsis of the normal build."""
-    cols, gb = ["q", "x", "y", "d", "z"], ["g"]
+    cols, gb = ["q", "x", "y", "d", "z", "w"], ["g"]
     meta = any_engine.build_parquet("t", parts, cols, gb, seed=3, **OPTS)
     assert meta["partitions"] == 5 and meta["rows"] == 30_000
     got = store.read(any_engine.con, "t")
     assert got.pairs, "the dependent pair (x, y) has a grid"
+    assert len(got.outlier_gid) > 0, "w's tail is set aside"
     assert_same_synopsis(got, reference(parts, cols, gb, seed=3, **OPTS))
     any_engine.validate("t")  # the merged fingerprint is the files'
 

@@ -10,11 +10,13 @@ partitions' synopses. :func:`build_parquet` runs in three steps:
    :data:`~densitas.aqp.build.QUANTILE_SAMPLE_ROWS` rows; all rows below that); the dependence scores, which decide
    the candidate pair grids, from the binned rows of a seeded hash sample of about :data:`PROBE_SAMPLE_ROWS` rows
    (all rows below that: then they are those of a normal build); the sum grids' resolutions and the byte budget
-   as a normal build has them (the budget's default is ``budget_fraction`` of the files' bytes).
+   as a normal build has them (the budget's default is ``budget_fraction`` of the files' bytes); the bounds beyond
+   which rows are stored whole (:func:`~densitas.aqp.build.find_outliers`: a few aggregate scans of the files).
 2. **One Dask task per file**: its own in-memory DuckDB over that one file (``read_parquet``) bins the rows with
    the fixed choices and returns the partial tables: fine histograms (counts, sums), each bin's occupied range,
-   the sum grids, the candidate pairs' finest grids, the fingerprint's part ``(rows, XOR of row hashes)``, and the
-   partition's *bottom candidates* for the sample (below).
+   the sum grids, the candidate pairs' finest grids, the fingerprint's part ``(rows, XOR of row hashes)``, the
+   partition's *bottom candidates* for the sample (below), and its rows beyond the bounds, stored whole (the
+   partial tables are of the other rows, as a normal build's tables are).
 3. **The client merges** them (histograms, sum grids and pair grids add; occupied ranges widen; fingerprints add
    rows and XOR hashes), chooses the pair grid resolutions within the budget from the merged finest grids exactly
    as a build does, draws the sample and writes the synopsis to the target database in one transaction (DuckDB or
@@ -78,6 +80,7 @@ from densitas.exceptions import InputError, StaleSynopsisError
 __all__ = ["PROBE_SAMPLE_ROWS", "ParquetSource", "build_parquet", "check_fingerprint", "file_rows", "parquet_files"]
 
 SOURCE = "_densitas_source"  # the view over the files, in an in-memory DuckDB
+VALUES = "_densitas_values"  # the view of its rows' values on their numeric lines (the outliers' moments)
 ROW_ID = "_densitas_rid"  # its global row id column
 FILE_ROW = "file_row_number"
 # the dependence probe bins a seeded hash sample of about this many rows (tables with fewer: every row)
@@ -215,6 +218,7 @@ class PartitionPlan:
     quota_max: np.ndarray  # per group: the largest q_g the options allow
     options: b.BuildOptions
     synopsis_id: str
+    outliers: b.OutlierRule  # the rows set aside whole (their bounds need the whole table's moments)
 
 
 def _probe_where(src: ParquetSource, n_rows: int, seed: int) -> exp.Expression | None:
@@ -248,7 +252,11 @@ def global_step(files: list[str], columns: Sequence[str] | None, group_by: Seque
         groups = src.fetch_df(sqlglot.select(exp.Star()).from_(tables.table("groups"))
                               .order_by(exp.column("gid", quoted=True)))
         sum_res = b.sum_grid_resolutions(infos, plan, opts, tables.sums.row_bytes)
+        rule = _outlier_rule(src, infos, opts, plan, stats.rows)
         binned = b.bin_rows(src, tables, SOURCE, cols, where=_probe_where(src, stats.rows, opts.seed))
+        aside = rule.predicate(binned.v)
+        if aside is not None:  # a build probes the rows it keeps
+            src.execute(exp.delete(binned.table, where=aside))
         scores = b.probe_dependence(src, binned, plan)
     finally:
         src.close()
@@ -256,9 +264,22 @@ def global_step(files: list[str], columns: Sequence[str] | None, group_by: Seque
     n_max = min(opts.sample_size or opts.max_sample_rows, stats.rows)
     quota_max = b.sample_quotas(gsizes, n_max, True)
     pplan = PartitionPlan(files, offsets, rows, infos, cols.group_by, cols.group_types, groups, sum_res,
-                          b.candidate_pairs(scores, opts), quota_max, opts, sid)
+                          b.candidate_pairs(scores, opts), quota_max, opts, sid, rule)
     return pplan, {"rows": stats.rows, "table_bytes": stats.table_bytes, "budget": plan.budget, "bins": plan.bins,
                    "scores": scores}
+
+
+def _outlier_rule(src: ParquetSource, infos: list[ColumnInfo], opts: b.BuildOptions, plan: b.Plan,
+                  n_rows: int) -> b.OutlierRule:
+    """The rows a normal build of the files' concatenation sets aside (:func:`~densitas.aqp.build.find_outliers`
+    over a view of every row's values on their numeric lines: its moments are the whole table's)."""
+    if not opts.outliers:
+        return b.OutlierRule.none(len(infos))
+    view = exp.table_(VALUES, quoted=True)
+    values = sqlglot.select(*(exp.alias_(src.to_line(i.column, i.kind), f"v{j}", quoted=True)
+                              for j, i in enumerate(infos))).from_(exp.table_(SOURCE, quoted=True))
+    src.execute(exp.Create(this=view, kind="VIEW", expression=values))
+    return b.find_outliers(src, b.Binned(VALUES, len(infos)), infos, b.planned_sample(opts, plan, n_rows))
 
 
 def _union(queries: list[exp.Query]) -> exp.Query:
@@ -282,6 +303,10 @@ def partition_synopsis(plan: PartitionPlan, index: int) -> dict[str, Any]:
         binned = b.bin_rows(con, tables, SOURCE, cols)
         k, count = len(infos), exp.Count(this=exp.Star())
         out: dict[str, Any] = {"index": index}
+        # the rows set aside whole leave the binned rows (as in a normal build) for the partial tables below
+        con.execute(tables.outliers.create(tables.id))
+        b.move_outliers(con, tables.table("outliers"), tables.outliers, binned, plan.outliers)
+        out["outliers"] = con.fetch_df(sqlglot.select(exp.Star()).from_(tables.table("outliers")))
         out["marg"] = con.fetch_df(_union([
             sqlglot.select(_a(b._num(j), "col"), b._col("gid"), _a(binned.b(j), "bin"), _a(count.copy(), "n"),
                            _a(exp.Sum(this=binned.v(j)), "s")).from_(binned.table).group_by(b._col("gid"), binned.b(j))
@@ -334,6 +359,8 @@ class Merged:
     candidates: pd.DataFrame
     fingerprint: str
     rows: int
+    outliers: pd.DataFrame  # the rows set aside whole: gid, v0..
+    groups: pd.DataFrame  # the plan's groups, their rows less those set aside
 
 
 def merge_partials(plan: PartitionPlan, parts: list[dict]) -> Merged:
@@ -369,14 +396,23 @@ def merge_partials(plan: PartitionPlan, parts: list[dict]) -> Merged:
         n_rows += p["fingerprint"][0]
         h ^= p["fingerprint"][1]
     cands = pd.concat([p["candidates"] for p in parts], ignore_index=True)
-    return Merged(marg, sums, pd.concat(frames, ignore_index=True), finest, cands, f"{n_rows}:{h}", n_rows)
+    k = len(plan.infos)
+    aside = pd.concat([p["outliers"] for p in parts], ignore_index=True)
+    aside = pd.DataFrame({"gid": aside["gid"].to_numpy(dtype=np.int16),
+                          **{f"v{j}": _nullable(aside[f"v{j}"]) for j in range(k)}})
+    groups = plan.groups.copy()
+    groups["n"] = groups["n"].to_numpy(dtype=np.int64) - np.bincount(aside["gid"].to_numpy(dtype=np.int64),
+                                                                      minlength=len(groups))
+    return Merged(marg, sums, pd.concat(frames, ignore_index=True), finest, cands, f"{n_rows}:{h}", n_rows, aside,
+                  groups)
 
 
-def draw_merged_sample(plan: PartitionPlan, cands: pd.DataFrame, quota: np.ndarray) -> tuple[pd.DataFrame, list]:
+def draw_merged_sample(plan: PartitionPlan, cands: pd.DataFrame, quota: np.ndarray, gsizes: np.ndarray
+                       ) -> tuple[pd.DataFrame, list]:
     """Each group's ``q_g`` candidates of smallest hash (the bottom ``q_g`` of the whole group), in hash order, and
     the thresholds ``t_g`` a normal build records (:func:`~densitas.aqp.build.draw_sample`: the unit of the
-    ``q_g + 1``-th row, where the build's hash pre-filter passed it; the filter's bound where it did not)."""
-    gsizes = plan.groups["n"].to_numpy(dtype=np.int64)
+    ``q_g + 1``-th row, where the build's hash pre-filter passed it; the filter's bound where it did not).
+    ``gsizes``: the groups' rows, less those set aside whole."""
     frac = np.minimum(1.0, (2 * quota + 50) / np.maximum(gsizes, 1))
     gid = cands["gid"].to_numpy(dtype=np.int64)
     hv = np.asarray(cands["h"].to_numpy(), dtype=np.uint64)
@@ -451,11 +487,11 @@ def build_parquet(con: Connector, name: str, files: str | Sequence[str], columns
     --------
     See the module docstring.
     """
-    # not here yet: compact accounting of the sample and grids, the independent pairs' probe grids (the probe
-    # is a hash sample) and the rows set aside whole (their bounds need the whole table's moments)
+    # not here yet: compact accounting of the sample and grids, and the independent pairs' probe grids (the probe
+    # is a hash sample)
     b.check_table_name(name)
     opts = dataclasses.replace(options or b.BuildOptions(), compact_sample=False, compact_grids=False,
-                               independent_pairs=False, outliers=False)
+                               independent_pairs=False)
     opts.check()
     if opts.append_key is not None:
         raise InputError("The 'append_key' parameter does not apply to a build from Parquet files (a refresh reads "
@@ -478,18 +514,18 @@ def build_parquet(con: Connector, name: str, files: str | Sequence[str], columns
     chosen = b.choose_pair_resolutions(merged.finest, info["bins"], plan.candidates, opts,
                                        budget * (1 - opts.shares[0]) - used)
     used += sum(len(cells[0]) for _, _, cells in chosen) * tables.pairs.row_bytes
-    gsizes = plan.groups["n"].to_numpy(dtype=np.int64)
+    used += len(merged.outliers) * tables.sample.row_bytes  # a row set aside costs a sample row (as a build)
+    gsizes = merged.groups["n"].to_numpy(dtype=np.int64)
     n_sample = b.sample_target(opts, budget, used, k, merged.rows)
     quota = b.sample_quotas(gsizes, n_sample, bool(opts.sample_size))
-    sample, thresholds = draw_merged_sample(plan, merged.candidates, quota)
+    sample, thresholds = draw_merged_sample(plan, merged.candidates, quota, gsizes)
     ensure_schema(con)
     old_ids = catalog_ids(con, name)
     with con.transaction():
         con.execute(tables.groups.create(tables.id))
-        con.insert_frame(tables.table("groups"), plan.groups)
-        con.execute(tables.outliers.create(tables.id))  # empty: a partitioned build sets no rows aside (yet)
+        con.insert_frame(tables.table("groups"), merged.groups)
         for kind, frame in (("marg", merged.marg), ("sums", merged.sums), ("edges", merged.edges),
-                            ("sample", sample)):
+                            ("sample", sample), ("outliers", merged.outliers)):
             con.execute(getattr(tables, kind).create(tables.id))
             con.insert_frame(tables.table(kind), frame)
         grids = b.insert_pair_grids(con, tables, chosen, info["scores"])
@@ -501,11 +537,12 @@ def build_parquet(con: Connector, name: str, files: str | Sequence[str], columns
                                      "scores": [[a, c, v] for (a, c), v in info["scores"].items()]}),
                 "options": json.dumps({"budget_bytes": budget, "sample_size": len(sample), "seed": opts.seed,
                                        "max_bins": opts.max_bins, "append": None, "thresholds": thresholds,
-                                       "outliers": None,
+                                       "outliers": plan.outliers.to_json(),
                                        "build": dataclasses.asdict(opts),
                                        "parquet": {"files": paths, "rows": plan.rows}}),
                 "bandwidths": json.dumps(bandwidths),
-                "size_bytes": stored_bytes(con, tables, "marg", "sums", "pairs", "sample", "edges", "groups"),
+                "size_bytes": stored_bytes(con, tables, "marg", "sums", "pairs", "sample", "outliers", "edges",
+                                           "groups"),
                 "table_bytes": info["table_bytes"]}
         b.swap_catalog(con, meta, old_ids)
     meta["build_seconds"] = time.perf_counter() - t0
