@@ -51,7 +51,7 @@ def reference_rule(frame: pd.DataFrame, cols: list[str], n_sample: int) -> list[
             if k in centre:
                 v = v[np.abs(v - centre[k][0]) <= c * centre[k][1]]
             m, sd = v.mean(), v.std()
-            if sd > 1e-11 * abs(m) and centre.get(k) != (m, sd):
+            if len(v) and v.min() != v.max() and centre.get(k) != (m, sd):
                 centre[k], moved = (m, sd), True
         if not moved:
             break

@@ -191,3 +191,28 @@ def test_partitioned_intervals_cover_at_their_rate(tmp_path):
     assert len(z) >= 60, msg
     assert 0.85 <= cover <= 0.99, msg
     assert 0.5 <= mean_abs <= 1.15, msg
+
+
+def test_a_group_in_one_file_with_the_rows_set_aside_elsewhere(tmp_path):
+    """Group a lives in one file and sets nothing aside, group b in the other with a Pareto tail: b's set-aside
+    rows raise a's share of the rest, so a's sample quota exceeds the one planned on the whole groups. The
+    partitions must return enough candidates: before, a got 1,501 rows instead of 1,511 and the threshold of b's
+    first candidate (another layout raised an IndexError)."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE f0 AS SELECT (hash(i) % 1000)::DOUBLE / 1000 AS x, 'a' AS g FROM range(20000) r(i)")
+    con.execute("CREATE TABLE f1 AS SELECT pow(1 - (hash(i + 7) % 1000000) / 1e6, -1 / 0.8) AS x, 'b' AS g "
+                "FROM range(20000) r(i)")
+    files = []
+    for t in ("f0", "f1"):
+        files.append(str(tmp_path / f"{t}.parquet"))
+        con.execute(f"COPY {t} TO '{files[-1]}'")
+    con.close()
+    opts = {"sample_size": 3000, "bandwidth": "silverman"}
+    eng = Engine(duckdb.connect())
+    try:
+        eng.build_parquet("t", files, ["x"], ["g"], **opts)
+        got = store.read(eng.con, "t")
+    finally:
+        eng.close()
+    assert len(got.outlier_gid) > 0
+    assert_same_synopsis(got, reference(files, ["x"], ["g"], **opts))

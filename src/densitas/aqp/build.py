@@ -734,13 +734,15 @@ def _fixed_point(con: Connector, binned: Binned, cols: list[int], c: float) -> d
             kept = binned.v(j) if j not in centre else exp.case().when(
                 exp.Between(this=binned.v(j), low=_real(_band(centre[j], c)[0]), high=_real(_band(centre[j], c)[1])),
                 binned.v(j))
-            stats += [exp.Avg(this=kept), exp.StddevPop(this=kept.copy())]
+            stats += [exp.Avg(this=kept), exp.StddevPop(this=kept.copy()), exp.Min(this=kept.copy()),
+                      exp.Max(this=kept.copy())]
         got = con.fetch_rows(sqlglot.select(*stats).from_(binned.table))[0]
         still = []
         for i, j in enumerate(active):
-            m, sd = float(got[2 * i] or 0.0), float(got[2 * i + 1] or 0.0)
-            if sd <= 1e-11 * abs(m) or sd == 0.0:  # no spread (up to the database's round-off: 1e-12 relative)
+            m, sd, lo, hi = got[4 * i: 4 * i + 4]
+            if lo is None or lo == hi or not sd:  # no spread (PostgreSQL's STDDEV_POP of a constant is round-off)
                 continue
+            m, sd = float(m), float(sd)
             if centre.get(j) != (m, sd):
                 centre[j] = (m, sd)
                 still.append(j)

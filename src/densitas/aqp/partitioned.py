@@ -59,6 +59,7 @@ from __future__ import annotations
 import dataclasses
 import glob
 import json
+import math
 import os
 import time
 import uuid
@@ -262,7 +263,10 @@ def global_step(files: list[str], columns: Sequence[str] | None, group_by: Seque
         src.close()
     gsizes = groups["n"].to_numpy(dtype=np.int64)
     n_max = min(opts.sample_size or opts.max_sample_rows, stats.rows)
-    quota_max = b.sample_quotas(gsizes, n_max, True)
+    # the quotas are drawn on the groups less their rows set aside (at most `cap` of all): a group that loses fewer
+    # than its share gets a larger quota, never above the quota of n_max · S / (S − cap) on the whole groups
+    cap = int(b.OUTLIER_SHARE * b.planned_sample(opts, plan, stats.rows)) if any(rule.bounds) else 0
+    quota_max = b.sample_quotas(gsizes, math.ceil(n_max * stats.rows / max(stats.rows - cap, 1)), True)
     pplan = PartitionPlan(files, offsets, rows, infos, cols.group_by, cols.group_types, groups, sum_res,
                           b.candidate_pairs(scores, opts), quota_max, opts, sid, rule)
     return pplan, {"rows": stats.rows, "table_bytes": stats.table_bytes, "budget": plan.budget, "bins": plan.bins,
@@ -419,6 +423,8 @@ def draw_merged_sample(plan: PartitionPlan, cands: pd.DataFrame, quota: np.ndarr
     order = np.lexsort((hv, gid))
     cands = cands.iloc[order].reset_index(drop=True)
     gid, unit = gid[order], cands["u"].to_numpy(dtype=np.float64)
+    if np.any(quota > plan.quota_max):  # the partitions returned q_g^max + 1 candidates per group: never fewer
+        raise AssertionError(f"sample quotas {quota.tolist()} above the candidates' bound {plan.quota_max.tolist()}")
     starts = np.searchsorted(gid, np.arange(len(gsizes)))
     rank = np.arange(len(gid)) - starts[gid]
     sample = cands.loc[rank < quota[gid]]

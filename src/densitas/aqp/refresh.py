@@ -29,6 +29,7 @@ rebuilding.
 from __future__ import annotations
 
 import json
+import math
 import time
 import uuid
 from dataclasses import dataclass
@@ -238,7 +239,7 @@ def refresh(con: Connector, table: str, *, verify: bool = False) -> RefreshResul
         rule = b.OutlierRule.from_json(opts.get("outliers"), len(infos))
         # room for rows stored whole: twice the build's share of a sample grown with the table, less those stored
         grown = int(opts.get("sample_size") or 0) * (int(meta["rows"]) + delta.rows) / max(int(meta["rows"]), 1)
-        room = 2 * b.OUTLIER_SHARE * grown - count_rows(con, old.table("outliers"))
+        room = 2 * b.OUTLIER_SHARE * grown - count_rows(con, old.table("outliers")) if grown else math.inf
         misfit = _misfit(con, binned, infos, delta.rows, rule, room)
         if misfit is not None:
             b._drop(con, binned.table)
