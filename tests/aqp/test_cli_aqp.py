@@ -31,6 +31,20 @@ def test_build_query_exact_bench(tmp_path):
     assert "coverage" in r.output
 
 
+def test_build_says_which_rows_it_stores_whole(tmp_path):
+    """The synthetic table's Zipf `visits` puts rows beyond the bounds: the build says how many and where, and the
+    number is the outliers table's."""
+    db = str(tmp_path / "shop.duckdb")
+    eng = Engine(db)
+    synthetic(eng.con, 50_000, seed=1)
+    eng.close()
+    r = CliRunner().invoke(app, ["build", "--db", db, "--table", "synthetic", "--columns", "amount,visits"])
+    assert r.exit_code == 0, r.output
+    with Engine(db, read_only=True) as eng:
+        n = len(eng._load("synthetic").o_gid)
+    assert n > 0 and f"{n:,} rows stored whole (a heavy tail: " in r.output and "visits outside [" in r.output
+
+
 def test_demo_small_scale(tmp_path):
     db = str(tmp_path / "demo.duckdb")
     r = CliRunner().invoke(app, ["demo", "--db", db, "--scale", "0.01", "--queries", "10"])

@@ -1386,6 +1386,7 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
     meta["build_seconds"] = time.perf_counter() - t0
     set_build_seconds(con, table, meta["build_seconds"])
     meta["groups"] = plan.n_groups  # not stored: the groups table holds them
+    meta["outlier_rows"] = count_rows(con, tables.table("outliers"))  # likewise: the rows stored whole
     return meta
 
 

@@ -554,6 +554,7 @@ def build_parquet(con: Connector, name: str, files: str | Sequence[str], columns
     meta["build_seconds"] = time.perf_counter() - t0
     b.set_build_seconds(con, name, meta["build_seconds"])
     meta["groups"] = n_groups
+    meta["outlier_rows"] = len(merged.outliers)
     meta["partitions"] = len(paths)
     meta["phases"] = {"global": t1 - t0, "partitions": t2 - t1, "merge_and_store": meta["build_seconds"] - (t2 - t0)}
     return meta

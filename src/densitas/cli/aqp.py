@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -63,6 +64,12 @@ def build(db: str, table: str, columns: str | None, group_by: str | None, **opti
     console.print(f"synopsis of [bold]{table}[/]: {meta['rows']:,} rows, {meta['size_bytes'] / 1e6:.2f} MB "
                   f"({100 * meta['size_bytes'] / max(meta['table_bytes'], 1):.2f}% of the table's "
                   f"{meta['table_bytes'] / 1e6:.1f} MB), built in {meta['build_seconds']:.1f} s")
+    if meta.get("outlier_rows"):
+        bounds = json.loads(meta["options"]).get("outliers") or []
+        names = [c["name"] for c in json.loads(meta["columns"])]
+        cols = ", ".join(f"{n} outside [{b[0]:.6g}, {b[1]:.6g}]" for n, b in zip(names, bounds, strict=True) if b)
+        console.print(f"{meta['outlier_rows']:,} rows stored whole (a heavy tail: {cols}); every answer counts "
+                      "them exactly")
     if meta.get("size_note"):
         console.print(f"[yellow]note:[/] {meta['size_note']}")
     return meta
