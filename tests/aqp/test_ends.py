@@ -25,7 +25,7 @@ def test_the_build_counts_the_rows_at_each_bins_ends(rng):
     con = duckdb.connect()
     _lab(con, rng)
     eng = Engine(con)
-    eng.build("t", columns=["x", "y"], sample_size=2_000)
+    eng.build("t", columns=["x", "y"], sample_size=2_000, outliers=False)
     info = store.read(eng.con, "t").infos[0]
     ok = np.isfinite(info.occupied_min)
     assert ok.sum() > 5
@@ -44,7 +44,7 @@ def test_a_strict_bound_at_the_largest_value_drops_its_rows(rng):
     con = duckdb.connect()
     _lab(con, rng)
     eng = Engine(con)
-    eng.build("t", columns=["x", "y"], sample_size=2_000)
+    eng.build("t", columns=["x", "y"], sample_size=2_000, outliers=False)  # the end rows, not rows stored whole
     got = eng.query("SELECT COUNT(*) AS v FROM t WHERE x < 9999.5")
     want = con.execute("SELECT COUNT(*) FROM t WHERE x < 9999.5").fetchone()[0]
     assert got["v"].iloc[0] == want and got["v_ci_low"].iloc[0] <= want <= got["v_ci_high"].iloc[0]
@@ -59,13 +59,29 @@ def test_grouped_answers_at_the_largest_value_are_not_falsely_exact(rng):
     con = duckdb.connect()
     _lab(con, rng, groups=4)
     eng = Engine(con)
-    eng.build("t", columns=["x", "y"], group_by=["g"], sample_size=4_000)
+    eng.build("t", columns=["x", "y"], group_by=["g"], sample_size=4_000, outliers=False)
     sql = "SELECT g, COUNT(*) AS v FROM t WHERE x < 9999.5 GROUP BY g ORDER BY g"
     got = eng.query(sql)
     want = con.execute(sql).df()
     err = np.abs(got["v"] - want["v"])
     assert (err <= 3 + (got["v_ci_high"] - got["v_ci_low"])).all(), (got.to_dict("records"), want["v"].tolist())
     assert ((err < 0.5) | (got["v_ci_high"] - got["v_ci_low"] > 0.1)).all(), got.to_dict("records")
+    con.close()
+
+
+def test_over_groups_a_bound_at_the_largest_value_drops_its_rows_in_total(rng):
+    """With groups, the sample rarely holds one of the three rows at the maximum: the fit took every sampled row's
+    place in the box for the whole bin's and put the three rows back (nafld2: ``COUNT(*) WHERE id < 17566``, the
+    largest id, answered 400,122 ± 12 against 400,089). The sampled rows of a bin cut at an end now enter by their
+    own place, so the groups' shares of the end rows add up to the table's: the total is exact."""
+    con = duckdb.connect()
+    _lab(con, rng, groups=4)
+    eng = Engine(con)
+    eng.build("t", columns=["x", "y"], group_by=["g"], sample_size=4_000, outliers=False)
+    sql = "SELECT COUNT(*) AS v FROM t WHERE x < 9999.5"
+    got, want = eng.query(sql), con.execute(sql).fetchone()[0]
+    assert abs(got["v"].iloc[0] - want) < 0.5 and got["v_ci_low"].iloc[0] <= want <= got["v_ci_high"].iloc[0], \
+        (got.to_dict("records"), want)
     con.close()
 
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 
+import duckdb
 import numpy as np
+import pandas as pd
 import pytest
 
+from densitas.aqp import Engine
 from densitas.aqp.estimator import MIN_ROWS_PER_TERM, Auxiliaries, regression_totals
 
 SEED = int(os.environ.get("DENSITAS_TEST_SEED", "7"))
@@ -384,3 +387,27 @@ def test_keys_with_different_terms_fitted_together_give_each_keys_reference(rng,
     ref = np.array([N[g] ** 2 * (1 - n[g] / N[g]) / n[g] * (r_sum[g] - a[g] * r_count[g]).var(ddof=1)
                     for g in range(G)])
     np.testing.assert_allclose(got.sampling_variance(np.arange(G), [1, 0], [1.0, -a]), ref, rtol=1e-9)
+
+
+def test_rare_rows_a_bound_drops_exactly_stay_dropped_under_a_second_bound(rng):
+    """``v >= 2`` drops the 20 rows of each group at v = 1 exactly (a discrete column: a bin each), which a sample of
+    a twentieth of the rows mostly misses; ``d < 70.3`` cuts a bin of d. The fit's base was the first column's
+    prediction (d's), so the sample's unseen rare rows came back through the collinear terms' correction: nafld2's
+    ``COUNT(*) WHERE value >= 56 AND days < 7187`` answered 169,801 ± 1.4 against 169,780, above the count of
+    ``value >= 56`` alone. The base is now the prediction of the column the box cuts least (v: no bin cut)."""
+    con = duckdb.connect()
+    n = 40_000
+    v = rng.integers(2, 51, n)
+    g = np.arange(n) % 2
+    for k in (0, 1):
+        v[rng.choice(np.flatnonzero(g == k), 20, replace=False)] = 1
+    df = pd.DataFrame({"d": rng.uniform(0, 100, n), "v": v, "g": g})
+    con.register("df", df)
+    con.execute("CREATE TABLE t AS SELECT d, v::INTEGER AS v, g FROM df")
+    eng = Engine(con)
+    eng.build("t", columns=["d", "v"], group_by=["g"], sample_size=2_000, outliers=False)
+    sql = "SELECT g, COUNT(*) AS v FROM t WHERE v >= 2 AND d < 70.3 GROUP BY g ORDER BY g"
+    got, want = eng.query(sql), con.execute(sql).df()
+    covered = (got["v_ci_low"] <= want["v"]) & (want["v"] <= got["v_ci_high"])
+    assert covered.all(), (got.to_dict("records"), want["v"].tolist())
+    con.close()

@@ -303,6 +303,10 @@ class Synopsis:
         self._cell_count_cache: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._sum_ratio_cache: dict[tuple, np.ndarray] = {}
         self.read_all_rows = False  # the reference computation: every sample row enters every query
+        # groups the sample does not hold whole: only there do a cut bin's sampled rows enter by their own place
+        # (_end_rows), as a group sampled whole is answered exactly by its rows, and the shares of the ends' rows
+        # the model gives a group (the build counts them in the whole table) would move that off
+        self._partial = self.n < self.N
         # the rows set aside whole at the build (a value far out in a heavy tail): the histograms, grids and
         # sample describe the others, and every query adds these rows' exact share (_outlier_totals)
         o_gid, o_vals = outliers if outliers is not None else (np.zeros(0, np.int64), np.zeros((0, len(infos))))
@@ -966,23 +970,25 @@ class Synopsis:
         tots, sparse, sparse_tots = [], [], []
         Ek = [self._expect(comp, tree.adj, kp, memo) for comp in tree.comps] if len(tree.comps) > 1 else []
         own = j if kind in SUM_KINDS and j in phis else None  # a SUM or AVG of a predicate column
+        if own is None:  # the base prediction (the first) from the column the box cuts least: see _least_cut_first
+            S = _least_cut_first(S, self.fine, phis)
         for u in ([own] + [u for u in S if u != own]) if own is not None else S:
             # the model's prediction given u's fine bin (all roots share the model's total); the first is the
             # difference estimator's (estimator module)
             ci = tree.comp_of[u]
             others = np.prod([Ek[c] for c in range(len(Ek)) if c != ci], axis=0)[:, None] if len(Ek) > 1 else 1.0
             f = self._root_message(u, tree, kp, memo) * others
-            refine = self._end_rows(u, phis[u], rows) if G == 1 else None
+            refine = self._end_rows(u, phis[u], rows)
             if u == own:  # the row's own value where f has its bin's mean (_own_value_term)
                 m = self._own_value_term(key, u, tree, phis, rows, others, box_memo, X[t])
                 total = self._value_factor(key) * m  # per bin: the bins' sums times the count's message
             else:
                 rows.at(f, u, out=X[t])
                 total = f
-            if refine is not None:  # one group: the rows of bins cut at an end by their own place in the box,
-                pos, factor = refine  # whose totals f holds (the ends' rows at their own values)
+            if refine is not None:  # the rows of bins cut at an end by their own place in the box, whose totals
+                pos, factor = refine  # f holds (the ends' rows at their own values; with groups, their shares)
                 X[t, pos] *= factor
-                total = np.where(np.r_[False, rows.ends[u].end_cut], f, total)
+                total = np.where(np.r_[False, rows.ends[u].end_cut] & self._partial[:, None], f, total)
             tots.append((self.fine[u] * total).sum(axis=1))
             t += 1
             for pos, vals, tot in self._edge_terms(u, phis[u], f, rows):
@@ -1000,7 +1006,7 @@ class Synopsis:
                 cmap, tot = self.sums[u]
                 if (kind, j) not in tot:
                     continue
-                if u == j and G == 1 and self._end_rows(j, phis[j], rows) is not None:
+                if u == j and self._end_rows(j, phis[j], rows) is not None:
                     continue  # its cell shares would put back the end rows the own-column terms leave out
                 q = self._cell_mean(u, phis[u], self._sum_starts(u))
                 np.multiply(v, rows.at(q, u, cmap), out=X[t])
@@ -1010,11 +1016,12 @@ class Synopsis:
                 ph = np.broadcast_to(phis[j], (self.fine[j].shape[1],))
                 np.multiply(v, ph.take(rows.bins(j)), out=X[t])
                 factor = self._value_factor(key) * ph
-                refine = self._end_rows(j, phis[j], rows) if G == 1 else None
-                if refine is not None:  # one group: the rows of bins cut at an end by their own place in the box
+                refine = self._end_rows(j, phis[j], rows)
+                if refine is not None:  # the rows of bins cut at an end by their own place in the box
                     pos, own_share = refine
                     X[t, pos] *= own_share
-                    factor[:, 1:] = np.where(rows.ends[j].end_cut, kp[j][:, 1:], factor[:, 1:])
+                    factor[:, 1:] = np.where(rows.ends[j].end_cut & self._partial[:, None], kp[j][:, 1:],
+                                             factor[:, 1:])
                 t += 1
                 tots.append((self.fine[j] * factor).sum(axis=1))
         return Auxiliaries.from_design(X[:t], np.stack(tots + sparse_tots, axis=1), sparse)
@@ -1036,15 +1043,16 @@ class Synopsis:
         """For a bin of ``u`` that the box cuts at one of its ends only (:attr:`_Ends.end_cut`), its rows' share of
         the box is known row by row: a row at an end is in the box or not, a row between the ends is in (or out)
         with all the others. Returns the positions of the query's sample rows in such bins and the factor that
-        turns the bin's share ``ph`` into the row's own (0 or 1/ph); None where there are none. Totals stay exact only
-        where the ends' rows are counted per group: with one group (the build counts them in the whole table).
-        Computed once per query and column."""
+        turns the bin's share ``ph`` into the row's own (0 or 1/ph); None where there are none. The build counts the
+        ends' rows in the whole table: with one group the terms' totals are exact, with several the groups' shares
+        of them add up to the table's (the Bernoulli placement variance of the bin stays for each group's part).
+        Only in groups the sample does not hold whole (``_partial``). Computed once per query and column."""
         if u in rows.end_rows:
             return rows.end_rows[u]
         parts, got = rows.ends.get(u), None
         if parts is not None and parts.end_cut.any():
             b = rows.bins(u)
-            pos = np.flatnonzero(parts.end_cut.take(np.maximum(b - 1, 0)) & (b > 0))
+            pos = np.flatnonzero(parts.end_cut.take(np.maximum(b - 1, 0)) & (b > 0) & self._partial.take(rows.gid))
             if len(pos):
                 i = b[pos] - 1
                 v = rows.vals(u)[pos]
@@ -1204,6 +1212,24 @@ class Synopsis:
             return out
 
         return est, var_fn, np.full(G, np.inf)
+
+
+def _least_cut_first(S: list[int], fine: dict, phis: dict) -> list[int]:
+    """The predicate columns ``S`` ordered by the rows in the fine bins the box cuts (Bernoulli placement mass
+    ``Σ n·φ(1 − φ)``), least first. The fit's base is the first column's prediction (coefficient 1, the others a
+    fitted correction): from a column whose bins the box keeps or drops whole, it is each row's exact share of that
+    condition. From another column, rare rows the first one's bound drops exactly and the sample never holds came
+    back through the collinear terms' correction (nafld2's ``COUNT(*) WHERE value >= 56 AND days < 7187``: 169,801 ±
+    1.4 against 169,780, above the count under ``value >= 56`` alone).
+
+    Examples
+    --------
+    >>> fine = {0: np.array([[0.0, 50.0, 50.0]]), 1: np.array([[0.0, 30.0, 70.0]])}
+    >>> phis = {0: np.array([0.0, 1.0, 0.5]), 1: np.array([0.0, 1.0, 0.0])}   # column 1 keeps or drops bins whole
+    >>> _least_cut_first([0, 1], fine, phis)
+    [1, 0]
+    """
+    return sorted(S, key=lambda u: float((fine[u] * phis[u] * (1 - phis[u])).sum()))
 
 
 def _centre(info: ColumnInfo, fine: np.ndarray, mean: np.ndarray) -> float:
