@@ -391,10 +391,11 @@ def test_keys_with_different_terms_fitted_together_give_each_keys_reference(rng,
 
 def test_rare_rows_a_bound_drops_exactly_stay_dropped_under_a_second_bound(rng):
     """``v >= 2`` drops the 20 rows of each group at v = 1 exactly (a discrete column: a bin each), which a sample of
-    a twentieth of the rows mostly misses; ``d < 70.3`` cuts a bin of d. The fit's base was the first column's
-    prediction (d's), so the sample's unseen rare rows came back through the collinear terms' correction: nafld2's
-    ``COUNT(*) WHERE value >= 56 AND days < 7187`` answered 169,801 ± 1.4 against 169,780, above the count of
-    ``value >= 56`` alone. The base is now the prediction of the column the box cuts least (v: no bin cut)."""
+    a twentieth of the rows mostly misses; ``d < max(d)`` cuts d's last bin at its end. The fit's base was the first
+    column's prediction (d's), so the sample's unseen rare rows came back through the collinear terms' correction:
+    nafld2's ``COUNT(*) WHERE value >= 56 AND days < 7187`` answered 169,801 ± 1.4 against 169,780, above the count
+    of ``value >= 56`` alone. The base is now the prediction of the column the box cuts least (v: no bin cut).
+    (Seeds 0-14: the old order missed in 12, this one in none.)"""
     con = duckdb.connect()
     n = 40_000
     v = rng.integers(2, 51, n)
@@ -406,7 +407,8 @@ def test_rare_rows_a_bound_drops_exactly_stay_dropped_under_a_second_bound(rng):
     con.execute("CREATE TABLE t AS SELECT d, v::INTEGER AS v, g FROM df")
     eng = Engine(con)
     eng.build("t", columns=["d", "v"], group_by=["g"], sample_size=2_000, outliers=False)
-    sql = "SELECT g, COUNT(*) AS v FROM t WHERE v >= 2 AND d < 70.3 GROUP BY g ORDER BY g"
+    dmax = con.execute("SELECT max(d) FROM t").fetchone()[0]
+    sql = f"SELECT g, COUNT(*) AS v FROM t WHERE v >= 2 AND d < {dmax!r} GROUP BY g ORDER BY g"
     got, want = eng.query(sql), con.execute(sql).df()
     covered = (got["v_ci_low"] <= want["v"]) & (want["v"] <= got["v_ci_high"])
     assert covered.all(), (got.to_dict("records"), want["v"].tolist())
