@@ -413,3 +413,32 @@ def test_rare_rows_a_bound_drops_exactly_stay_dropped_under_a_second_bound(rng):
     covered = (got["v_ci_low"] <= want["v"]) & (want["v"] <= got["v_ci_high"])
     assert covered.all(), (got.to_dict("records"), want["v"].tolist())
     con.close()
+
+
+def test_a_cut_bins_position_term_seen_on_one_sample_row_is_not_fitted(rng):
+    """A box that cuts one fine bin of d holds the bin's position term (linear in a row's place, its total from the
+    bin's exact sum); in a group whose sample has one row in that bin, the fit gave the term a coefficient that
+    carried the total-against-one-row difference to the answer: ``COUNT(*) WHERE d < 70.3`` answered 13,848 ± 7
+    against 14,079 (z = −63, seed 9 of this table). Terms seen on fewer than 10 of a group's sample rows are now
+    left out of its fit. Over that table and 7 random ones: no answer beyond 8 standard errors, and E|z| near the
+    normal's 0.8 (the old fit, tables 0-11: 65 and 3.9)."""
+    zs = []
+    for seed in [9, *rng.integers(0, 2**31, 7)]:
+        r = np.random.default_rng(seed)
+        con = duckdb.connect()
+        n = 40_000
+        v = r.integers(2, 51, n)
+        g = np.arange(n) % 2
+        for k in (0, 1):
+            v[r.choice(np.flatnonzero(g == k), 20, replace=False)] = 1
+        con.register("df", pd.DataFrame({"d": r.uniform(0, 100, n), "v": v, "g": g}))
+        con.execute("CREATE TABLE t AS SELECT d, v::INTEGER AS v, g FROM df")
+        eng = Engine(con)
+        eng.build("t", columns=["d", "v"], group_by=["g"], sample_size=2_000, outliers=False)
+        for sql in ("SELECT g, COUNT(*) AS v FROM t WHERE d < 70.3 GROUP BY g ORDER BY g",
+                    "SELECT g, COUNT(*) AS v FROM t WHERE v >= 2 AND d < 70.3 GROUP BY g ORDER BY g"):
+            got, want = eng.query(sql), con.execute(sql).df()
+            zs += list((got["v"] - want["v"]) / ((got["v_ci_high"] - got["v_ci_low"]) / (2 * 1.959964)))
+        con.close()
+    zs = np.abs(np.array(zs))
+    assert zs.max() < 8 and zs.mean() < 1.6, (zs.round(2).tolist(), zs.mean())
