@@ -389,6 +389,22 @@ def test_keys_with_different_terms_fitted_together_give_each_keys_reference(rng,
     np.testing.assert_allclose(got.sampling_variance(np.arange(G), [1, 0], [1.0, -a]), ref, rtol=1e-9)
 
 
+def _rare_rows_engine(r: np.random.Generator) -> tuple[duckdb.DuckDBPyConnection, Engine]:
+    """A table of 40,000 rows in two groups: d uniform on [0, 100), v discrete 2..50 with 20 rows of each group at
+    v = 1 (rare: a sample of a twentieth mostly misses them); its synopsis, no rows stored whole."""
+    con = duckdb.connect()
+    n = 40_000
+    v = r.integers(2, 51, n)
+    g = np.arange(n) % 2
+    for k in (0, 1):
+        v[r.choice(np.flatnonzero(g == k), 20, replace=False)] = 1
+    con.register("df", pd.DataFrame({"d": r.uniform(0, 100, n), "v": v, "g": g}))
+    con.execute("CREATE TABLE t AS SELECT d, v::INTEGER AS v, g FROM df")
+    eng = Engine(con)
+    eng.build("t", columns=["d", "v"], group_by=["g"], sample_size=2_000, outliers=False)
+    return con, eng
+
+
 def test_rare_rows_a_bound_drops_exactly_stay_dropped_under_a_second_bound(rng):
     """``v >= 2`` drops the 20 rows of each group at v = 1 exactly (a discrete column: a bin each), which a sample of
     a twentieth of the rows mostly misses; ``d < max(d)`` cuts d's last bin at its end. The fit's base was the first
@@ -396,17 +412,7 @@ def test_rare_rows_a_bound_drops_exactly_stay_dropped_under_a_second_bound(rng):
     nafld2's ``COUNT(*) WHERE value >= 56 AND days < 7187`` answered 169,801 ± 1.4 against 169,780, above the count
     of ``value >= 56`` alone. The base is now the prediction of the column the box cuts least (v: no bin cut).
     (Seeds 0-14: the old order missed in 12, this one in none.)"""
-    con = duckdb.connect()
-    n = 40_000
-    v = rng.integers(2, 51, n)
-    g = np.arange(n) % 2
-    for k in (0, 1):
-        v[rng.choice(np.flatnonzero(g == k), 20, replace=False)] = 1
-    df = pd.DataFrame({"d": rng.uniform(0, 100, n), "v": v, "g": g})
-    con.register("df", df)
-    con.execute("CREATE TABLE t AS SELECT d, v::INTEGER AS v, g FROM df")
-    eng = Engine(con)
-    eng.build("t", columns=["d", "v"], group_by=["g"], sample_size=2_000, outliers=False)
+    con, eng = _rare_rows_engine(rng)
     dmax = con.execute("SELECT max(d) FROM t").fetchone()[0]
     sql = f"SELECT g, COUNT(*) AS v FROM t WHERE v >= 2 AND d < {dmax!r} GROUP BY g ORDER BY g"
     got, want = eng.query(sql), con.execute(sql).df()
@@ -424,17 +430,7 @@ def test_a_cut_bins_position_term_seen_on_one_sample_row_is_not_fitted(rng):
     normal's 0.8 (the old fit, tables 0-11: 65 and 3.9)."""
     zs = []
     for seed in [9, *rng.integers(0, 2**31, 7)]:
-        r = np.random.default_rng(seed)
-        con = duckdb.connect()
-        n = 40_000
-        v = r.integers(2, 51, n)
-        g = np.arange(n) % 2
-        for k in (0, 1):
-            v[r.choice(np.flatnonzero(g == k), 20, replace=False)] = 1
-        con.register("df", pd.DataFrame({"d": r.uniform(0, 100, n), "v": v, "g": g}))
-        con.execute("CREATE TABLE t AS SELECT d, v::INTEGER AS v, g FROM df")
-        eng = Engine(con)
-        eng.build("t", columns=["d", "v"], group_by=["g"], sample_size=2_000, outliers=False)
+        con, eng = _rare_rows_engine(np.random.default_rng(seed))
         for sql in ("SELECT g, COUNT(*) AS v FROM t WHERE d < 70.3 GROUP BY g ORDER BY g",
                     "SELECT g, COUNT(*) AS v FROM t WHERE v >= 2 AND d < 70.3 GROUP BY g ORDER BY g"):
             got, want = eng.query(sql), con.execute(sql).df()

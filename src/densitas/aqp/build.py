@@ -167,7 +167,7 @@ class BuildOptions:
 
         if self.budget_bytes is not None and (not _is_int(self.budget_bytes) or self.budget_bytes <= 0):
             raise bad("budget_bytes", "a positive integer or None")
-        if not _is_real(self.budget_fraction) or not 0 < self.budget_fraction <= 1:
+        if not _is_float(self.budget_fraction) or not 0 < self.budget_fraction <= 1:
             raise bad("budget_fraction", "a number in (0, 1]")
         if not _is_int(self.min_budget_bytes) or self.min_budget_bytes <= 0:
             raise bad("min_budget_bytes", "a positive integer")
@@ -175,10 +175,10 @@ class BuildOptions:
             raise bad("max_bins", f"an integer in [2, {INDEX_MAX}] (bin numbers are stored as SMALLINT)")
         if not _is_int(self.max_pair_res) or not 2 <= self.max_pair_res <= 4096:
             raise bad("max_pair_res", "an integer in [2, 4096]")
-        if not _is_real(self.min_dependence) or not 0 <= self.min_dependence < 1:
+        if not _is_float(self.min_dependence) or not 0 <= self.min_dependence < 1:
             raise bad("min_dependence", "a number in [0, 1)")
         if (not isinstance(self.shares, (tuple, list)) or len(self.shares) != 4
-                or any(not _is_real(x) or not 0 <= x <= 1 for x in self.shares)
+                or any(not _is_float(x) or not 0 <= x <= 1 for x in self.shares)
                 or not 0.99 <= sum(self.shares) <= 1.01):
             raise bad("shares", "four fractions summing to 1")
         if not _is_int(self.max_sample_rows) or self.max_sample_rows < 10:
@@ -215,7 +215,7 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_real(value: object) -> bool:
+def _is_float(value: object) -> bool:
     """Whether ``value`` is a Python int or float (not a bool)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -656,13 +656,14 @@ class OutlierRule:
     def predicate(self, value: Callable[[int], exp.Expression]) -> exp.Expression | None:
         """Whether a row is set aside, over the columns' values ``value(j)`` (NULL, never: a NULL is no outlier);
         None when no column has bounds."""
-        out = [exp.or_(value(j) < _real(lo), value(j) > _real(hi))
-               for j, b in enumerate(self.bounds) if b is not None for lo, hi in [b]]
+        out = [exp.or_(value(j) < _float(b[0]), value(j) > _float(b[1]))
+               for j, b in enumerate(self.bounds) if b is not None]
         return exp.or_(*out) if out else None
 
 
-def _real(x: float) -> exp.Expression:
-    return exp.Literal.number(repr(float(x))) if x >= 0 else exp.Neg(this=exp.Literal.number(repr(-float(x))))
+def _float(x: float) -> exp.Expression:
+    """``x`` as an SQL number (sqlglot writes the shortest form that reads back as ``x``)."""
+    return exp.convert(float(x))
 
 
 def planned_sample(opts: BuildOptions, plan: Plan, n_rows: int) -> int:
@@ -731,9 +732,9 @@ def _fixed_point(con: Connector, binned: Binned, cols: list[int], c: float) -> d
             break
         stats = []
         for j in active:
-            kept = binned.v(j) if j not in centre else exp.case().when(
-                exp.Between(this=binned.v(j), low=_real(_band(centre[j], c)[0]), high=_real(_band(centre[j], c)[1])),
-                binned.v(j))
+            lo, hi = _band(centre[j], c) if j in centre else (None, None)
+            kept = binned.v(j) if lo is None else exp.case().when(
+                exp.Between(this=binned.v(j), low=_float(lo), high=_float(hi)), binned.v(j))
             stats += [exp.Avg(this=kept), exp.StddevPop(this=kept.copy()), exp.Min(this=kept.copy()),
                       exp.Max(this=kept.copy())]
         got = con.fetch_rows(sqlglot.select(*stats).from_(binned.table))[0]
@@ -762,8 +763,8 @@ def _count_where(con: Connector, binned: Binned, pred: exp.Expression) -> int:
 def _distance(binned: Binned, j: int, centre: tuple[float, float], c: float) -> exp.Expression:
     """How far a row's value of column ``j`` lies from its mean, in units of ``c`` deviations (0 where NULL)."""
     m, sd = centre
-    return exp.func("coalesce", exp.Div(this=exp.Abs(this=exp.Sub(this=binned.v(j), expression=_real(m))),
-                                        expression=_real(c * sd)), _real(0.0))
+    return exp.func("coalesce", exp.Div(this=exp.Abs(this=exp.Sub(this=binned.v(j), expression=_float(m))),
+                                        expression=_float(c * sd)), _float(0.0))
 
 
 def set_aside(con: Connector, tables: SynopsisTables, binned: Binned, rule: OutlierRule) -> None:

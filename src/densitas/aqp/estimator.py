@@ -741,11 +741,12 @@ def _unsupported_terms(bad: np.ndarray, X: list[_Design], rg: _RowGroups, P: int
         lo = 2 if first is None else max(2, first[k])
         if not bad[k].any() or lo >= x.p:
             continue
-        count = np.zeros((rg.G, x.p), dtype=np.int64)
-        # the rows are sorted by group: each group's non-zeros are one reduceat over its slice
-        count[rg.present, :x.d] = np.add.reduceat(x.dense[:, :len(rg.gid)] != 0, rg.first, axis=1).T
+        count = np.zeros((rg.G, x.p), dtype=np.int64)  # of the terms from lo on only (every query asks)
+        if lo < x.d:  # the rows are sorted by group: each group's non-zeros are one reduceat over its slice
+            count[rg.present, lo:x.d] = np.add.reduceat(x.dense[lo:, :len(rg.gid)] != 0, rg.first, axis=1).T
         for t, (pos, vals) in enumerate(x.sparse):
-            count[:, x.d + t] = np.bincount(rg.gid[pos[vals != 0]], minlength=rg.G)
+            if x.d + t >= lo:
+                count[:, x.d + t] = np.bincount(rg.gid[pos[vals != 0]], minlength=rg.G)
         out[k, :, lo:x.p] = (count[:, lo:] < MIN_ROWS_PER_TERM) & bad[k][:, None]
     return out
 

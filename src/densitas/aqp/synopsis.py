@@ -713,7 +713,8 @@ class Synopsis:
         y = scratch("targets", (len(keys), len(rows.idx)))  # each key's y·1_B, key by key
         for t, k in enumerate(keys):
             np.multiply(rows.key_values(k), rows.inside, out=y[t])
-        aux = [self._auxiliaries(k, S, phis, kp, tree, rows, _shared_messages(memo, tree, phis, kp), memo, slot)
+        base = _least_cut_first(S, self.fine, phis)  # the fit's base prediction from the column the box cuts least
+        aux = [self._auxiliaries(k, base, phis, kp, tree, rows, _shared_messages(memo, tree, phis, kp), memo, slot)
                for slot, (k, kp) in enumerate(zip(keys, keyphis, strict=True))]
         totals = regression_totals(y.T, aux, rows.gid, self.N, self.n)
         # the placement variance: relative (_placement) times count² times E[(Σ w y)²] among the group's rows, a
@@ -958,7 +959,9 @@ class Synopsis:
         one pair grid's cells or one sum grid's cells whose population total per group the synopsis holds
         exactly. The dense terms are written straight into the fit's design (row 0 its intercept), valid until this
         thread's next query. ``memo`` keeps the messages under the key's factors ``kp``, ``box_memo`` those under
-        the box's own ``phis`` (the row-count key's, computed first)."""
+        the box's own ``phis`` (the row-count key's, computed first). ``S``: the predicate columns, the one whose
+        prediction is the fit's base first (:func:`_least_cut_first`; a SUM or AVG of a predicate column puts its
+        own column first)."""
         G = len(self.N)
         kind, j = key
         pairs = [(cols, pair) for cols, pair in self.pairs.items() if cols[0] in kp and cols[1] in kp]
@@ -970,8 +973,6 @@ class Synopsis:
         tots, sparse, sparse_tots = [], [], []
         Ek = [self._expect(comp, tree.adj, kp, memo) for comp in tree.comps] if len(tree.comps) > 1 else []
         own = j if kind in SUM_KINDS and j in phis else None  # a SUM or AVG of a predicate column
-        if own is None:  # the base prediction (the first) from the column the box cuts least: see _least_cut_first
-            S = _least_cut_first(S, self.fine, phis)
         for u in ([own] + [u for u in S if u != own]) if own is not None else S:
             # the model's prediction given u's fine bin (all roots share the model's total); the first is the
             # difference estimator's (estimator module)
