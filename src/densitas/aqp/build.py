@@ -668,7 +668,18 @@ def _float(x: float) -> exp.Expression:
 
 def planned_sample(opts: BuildOptions, plan: Plan, n_rows: int) -> int:
     """The sample's rows as planned before the grids are written: its share of the budget at its compact row
-    cost (``sample_size`` when given), within the bounds :func:`sample_target` keeps."""
+    cost (``sample_size`` when given), within the bounds :func:`sample_target` keeps.
+
+    Examples
+    --------
+    >>> from densitas.aqp.columns import ColumnInfo
+    >>> x = ColumnInfo("x", "DOUBLE", "float", 0.0, lo=0.0, hi=1.0, distinct=10**6)
+    >>> plan = Plan(budget=100_000, n_groups=1, bins=[64], costs=RowCosts(1.0, 1.0, 1.0, 8.0))
+    >>> planned_sample(BuildOptions(), plan, n_rows=10**7)      # half of 100 kB at 8 bytes a row
+    6250
+    >>> planned_sample(BuildOptions(sample_size=500), plan, n_rows=10**7)
+    500
+    """
     return sample_target(opts, plan.budget, int((1 - opts.shares[0]) * plan.budget), 0, n_rows, plan.costs.sample)
 
 
@@ -781,7 +792,20 @@ def set_aside(con: Connector, tables: SynopsisTables, binned: Binned, rule: Outl
 
 def move_outliers(con: Connector, target: exp.Table, lay: TableLayout, binned: Binned, rule: OutlierRule) -> bool:
     """Move the rows of ``binned`` that ``rule`` picks into ``target`` (group id and values, as the sample stores
-    its rows); whether ``rule`` picks any row at all."""
+    its rows); whether ``rule`` picks any row at all.
+
+    Examples
+    --------
+    >>> import duckdb
+    >>> from densitas.aqp.connector import DuckDBConnector
+    >>> con = DuckDBConnector(duckdb.connect())
+    >>> con.execute("CREATE TABLE b AS SELECT 0 AS gid, i::DOUBLE AS v0 FROM range(10) r(i)")
+    >>> con.execute("CREATE TABLE o (gid SMALLINT, v0 DOUBLE)")
+    >>> move_outliers(con, exp.table_("o"), sample_layout(1, "outliers"), Binned("b", 1), OutlierRule([(0.0, 7.0)]))
+    True
+    >>> con.fetch_rows("SELECT count(*) FROM b"), con.fetch_rows("SELECT v0 FROM o ORDER BY v0")
+    ([(8,)], [(8.0,), (9.0,)])
+    """
     pred = rule.predicate(binned.v)
     if pred is None:
         return False
