@@ -25,7 +25,7 @@ def _parts(eng: Engine, sql: str, monkeypatch) -> tuple[float, float, float]:
         m.setattr(GroupTotals, "residual_variance", lambda self, gids, ss, ks: np.zeros(len(gids)))
         placement = _half_width(eng, sql)
     with monkeypatch.context() as m:
-        m.setattr(syn_mod.Synopsis, "_placement", lambda self, S, phis, box, ends=None: np.zeros(len(self.N)))
+        m.setattr(syn_mod.Synopsis, "_placement", lambda self, S, phis, box, ends=None, rows=None: np.zeros(len(self.N)))
         residual = _half_width(eng, sql)
     return both, placement, residual
 
@@ -40,17 +40,47 @@ def _engine(rng, sample_size: int, max_bins: int) -> Engine:
     return eng
 
 
-def test_the_interval_takes_the_larger_of_the_residual_and_placement_variances(rng, monkeypatch):
-    # the sample sees the cut bins: the residuals hold their error and the larger part is the residuals'
+def test_a_cut_bin_the_sample_sees_adds_no_placement_variance(rng, monkeypatch):
+    # ~47 sample rows per fine bin (>= SEEN_ROWS): the residuals hold the cut bins' error, the model's term is out
     eng = _engine(rng, 3000, 64)
     for cut in (0.0123, 0.3, 0.777):
-        both, placement, residual = _parts(eng, f"SELECT COUNT(*) AS n FROM t WHERE x < {cut} AND y > 0.1",
-                                           monkeypatch)
+        sql = f"SELECT COUNT(*) AS n FROM t WHERE x < {cut} AND y > 0.1"
+        both, placement, residual = _parts(eng, sql, monkeypatch)
+        assert 0 <= placement <= 1e-6 * residual, cut  # (round-off)
+        assert both == pytest.approx(residual, rel=1e-9), cut
+        with monkeypatch.context() as m:  # a threshold no bin reaches: the term counts again
+            m.setattr(syn_mod, "SEEN_ROWS", 10**9)
+            both, placement, residual = _parts(eng, sql, monkeypatch)
         assert 0 < placement < residual, cut
         # the larger, not the sum (which would count the cut bins' error twice)
         assert both == pytest.approx(residual, rel=1e-9), cut
         assert both < np.hypot(placement, residual) * (1 - 1e-6), cut
     eng.con.close()
+
+
+def test_a_bin_cut_at_an_end_keeps_the_placement_variance_in_each_group(rng, monkeypatch):
+    # years every 5 in bins of a few values each: `yr < cut` at a bin's largest value keeps the rest of its rows.
+    # Each row's own place is known, so every residual there is 0; the group's total takes the table's share of
+    # the bin's rows at each end, which the residuals cannot check: the placement term stays, seen or not
+    n = 80_000
+    con = duckdb.connect()
+    con.register("df", pd.DataFrame({"g": rng.integers(0, 2, n), "yr": 1950 + 5 * rng.integers(0, 31, n)}))
+    con.execute("CREATE TABLE t AS SELECT * FROM df")
+    eng = Engine(con)
+    eng.build("t", columns=["yr"], group_by=["g"], budget_bytes=100_000, sample_size=8000, max_bins=16)
+    syn = eng._load("t")
+    info = syn.infos[syn.index["yr"]]
+    several = [b for b in range(info.bins) if info.occupied_max[b] > info.occupied_min[b]]
+    assert several, info.edges  # bins holding more than one year
+    cut = info.occupied_max[several[len(several) // 2]]
+    sql = f"SELECT g, COUNT(*) AS n FROM t WHERE yr < {cut:.0f} GROUP BY g"
+    both, placement, residual = _parts(eng, sql, monkeypatch)
+    assert placement > 0, cut
+    assert residual <= 1e-6 * placement, cut  # the rows' own places fit the sample exactly
+    exact = con.execute(sql).df().sort_values("g")["n"].to_numpy()
+    got = eng.query(sql).sort_values("g")
+    assert np.all(np.abs(got["n"].to_numpy() - exact) < got["n_ci_high"].to_numpy() - got["n"].to_numpy())
+    con.close()
 
 
 def test_a_cut_bin_the_sample_misses_keeps_the_placement_variance(rng, monkeypatch):
