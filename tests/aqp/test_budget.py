@@ -54,6 +54,26 @@ def test_compact_sample_holds_more_rows_within_the_budget(rng):
     con.close()
 
 
+def test_a_capped_sample_hands_its_unused_share_to_the_histograms_and_grids(rng):
+    con = duckdb.connect()
+    _table(con, rng, 60_000)
+    eng = Engine(con)
+    budget = 150_000
+    got = {}
+    for cap in (10**6, 2_000):  # the sample takes its whole share (~13,000 rows) / a sixth of it
+        meta = eng.build("t", columns=["p", "d"], budget_bytes=budget, max_sample_rows=cap, independent_pairs=False)
+        bins = {i.name: i.bins for i in eng._load("t").infos}
+        got[cap] = (bins, json.loads(meta["grids"])["sum_res"], json.loads(meta["options"])["sample_size"],
+                    meta["size_bytes"])
+        assert meta["size_bytes"] <= budget
+    (bins_full, sums_full, n_full, size_full), (bins_cap, sums_cap, n_cap, size_cap) = got[10**6], got[2_000]
+    assert n_cap == 2_000 < n_full
+    # the continuous columns' histograms and sum grids grow into the bytes the capped sample leaves
+    assert all(bins_cap[c] > bins_full[c] for c in ("p", "d")), (bins_full, bins_cap)
+    assert all(a >= b for a, b in zip(sums_cap, sums_full, strict=True)), (sums_full, sums_cap)
+    con.close()
+
+
 def _independent_ab_table(con, rng):
     """a (10 values) and b (12 values) exactly independent: every (a, b) pair 416 times, shuffled; c at random."""
     a, b = np.meshgrid(np.arange(10), np.arange(12), indexing="ij")

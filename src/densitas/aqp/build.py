@@ -432,23 +432,64 @@ class Plan:
     n_groups: int
     bins: list[int]
     costs: RowCosts  # what a stored row of each table counts for against the budget
+    # what the sample can use of its share (:func:`sample_bytes`); None: the whole share
+    sample_bytes: float | None = None
+
+    def share_bytes(self, opts: BuildOptions, part: int) -> float:
+        """Bytes for the 1-D histograms (``part`` 1), the sum grids (2) or the pair grids (3): their share of the
+        budget, grown by what the sample cannot use of its own in proportion to the three shares.
+
+        Examples
+        --------
+        >>> plan = Plan(budget=100_000, n_groups=1, bins=[], costs=RowCosts(1.0, 1.0, 1.0, 8.0))
+        >>> plan.share_bytes(BuildOptions(), 1)                     # 15% of the budget
+        15000.0
+        >>> plan.sample_bytes = 30_000                               # the sample uses 30 of its 50 kB
+        >>> plan.share_bytes(BuildOptions(), 1)                     # 15/50 of the 70 kB left
+        21000.0
+        """
+        used = opts.shares[0] * self.budget if self.sample_bytes is None else self.sample_bytes
+        grids = sum(opts.shares[1:])
+        return opts.shares[part] / grids * (self.budget - used) if grids > 0 else 0.0
 
 
 def plan_bins(infos: list[ColumnInfo], n_groups: int, opts: BuildOptions, table_bytes: int, n_rows: int) -> Plan:
     """The byte budget (``budget_bytes``, else ``budget_fraction`` of the table's storage, at least
-    ``min_budget_bytes``), what each table's rows count for against it (:class:`RowCosts`) and each column's
-    number of bins (:func:`_marginal_bins`)."""
+    ``min_budget_bytes``), what each table's rows count for against it (:class:`RowCosts`), what the sample
+    can use of its share (:func:`sample_bytes`) and each column's number of bins (:func:`_marginal_bins`)."""
     budget = opts.budget_bytes or max(opts.min_budget_bytes, int(opts.budget_fraction * table_bytes))
     costs = row_costs(infos, n_groups, n_rows, opts)
-    return Plan(budget, n_groups, _marginal_bins(infos, n_groups, opts, budget, costs), costs)
+    plan = Plan(budget, n_groups, [], costs, sample_bytes(opts, budget, costs, n_rows))
+    plan.bins = _marginal_bins(infos, n_groups, opts, plan.share_bytes(opts, 1), costs)
+    return plan
 
 
-def _marginal_bins(infos: list[ColumnInfo], n_groups: int, opts: BuildOptions, budget: int, costs: RowCosts
+def sample_bytes(opts: BuildOptions, budget: int, costs: RowCosts, n_rows: int) -> float:
+    """What the sample can use of its share of the budget: no more than ``max_sample_rows`` rows
+    (``sample_size`` when given), nor the table's, at their compact cost (``compact_sample``). The grids get the
+    rest: the budget is spent, not left unused where the sample is capped (UN population: 20,460 rows, 100 of
+    the sample's 131 kB).
+
+    Examples
+    --------
+    >>> costs = RowCosts(1.0, 1.0, 1.0, 8.0)
+    >>> sample_bytes(BuildOptions(), 1_000_000, costs, n_rows=10**7)   # 20,480 rows at 8 bytes
+    163840.0
+    >>> sample_bytes(BuildOptions(), 100_000, costs, n_rows=10**7)     # its 50% share
+    50000.0
+    """
+    share = opts.shares[0] * budget
+    if not opts.compact_sample:
+        return share
+    return min(share, min(opts.sample_size or opts.max_sample_rows, n_rows) * costs.sample)
+
+
+def _marginal_bins(infos: list[ColumnInfo], n_groups: int, opts: BuildOptions, share: float, costs: RowCosts
                    ) -> list[int]:
-    """Bins per column: the 1-D share of the budget split evenly (dense estimate); columns with fewer distinct
-    values than their share hand the slack to the others."""
+    """Bins per column: the 1-D histograms' ``share`` of the budget (bytes) split evenly (dense estimate);
+    columns with fewer distinct values than their share hand the slack to the others."""
     k = len(infos)
-    per_col = opts.shares[1] * budget / (k * (n_groups * costs.marg + EDGE_BYTES))
+    per_col = share / (k * (n_groups * costs.marg + EDGE_BYTES))
     cards = [min(info.distinct, opts.max_bins) for info in infos]
     bins = list(cards)
     slack_cols = [i for i in range(k) if cards[i] > per_col]
@@ -949,8 +990,9 @@ def write_sum_grids(con: Connector, tables: SynopsisTables, binned: Binned, info
 
 
 def sum_grid_resolutions(infos: list[ColumnInfo], plan: Plan, opts: BuildOptions, row_bytes: float) -> list[int]:
-    """Each column's sum grid resolution: the finest whose dense size fits the sum grids' share of the budget."""
-    per_col = opts.shares[2] * plan.budget / (len(infos) * plan.n_groups * row_bytes)
+    """Each column's sum grid resolution: the finest whose dense size fits the sum grids' share of the budget
+    (:meth:`Plan.share_bytes`)."""
+    per_col = plan.share_bytes(opts, 2) / (len(infos) * plan.n_groups * row_bytes)
     sum_res = []
     for j in range(len(infos)):
         levels = _levels(plan.bins[j], 4096)
@@ -1023,13 +1065,9 @@ def write_pair_grids(con: Connector, tables: SynopsisTables, binned: Binned, inf
 
 
 def pair_reserve(plan: Plan, opts: BuildOptions) -> float:
-    """Bytes kept from the pair grids for the sample: its share of the budget, but no more than
-    ``max_sample_rows`` rows (``sample_size`` when given) cost at their compact cost (``compact_sample``) —
+    """Bytes kept from the pair grids for the sample: what it can use of its share (:func:`sample_bytes`) —
     beyond that the sample would not use them, and the grids do."""
-    share = opts.shares[0] * plan.budget
-    if not opts.compact_sample:
-        return share
-    return min(share, (opts.sample_size or opts.max_sample_rows) * plan.costs.sample)
+    return plan.sample_bytes if plan.sample_bytes is not None else opts.shares[0] * plan.budget
 
 
 def insert_pair_grids(con: Connector, tables: SynopsisTables, chosen: list, scores: dict[tuple[int, int], float]

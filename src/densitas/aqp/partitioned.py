@@ -270,6 +270,7 @@ def global_step(files: list[str], columns: Sequence[str] | None, group_by: Seque
     pplan = PartitionPlan(files, offsets, rows, infos, cols.group_by, cols.group_types, groups, sum_res,
                           b.candidate_pairs(scores, opts), quota_max, opts, sid, rule)
     return pplan, {"rows": stats.rows, "table_bytes": stats.table_bytes, "budget": plan.budget, "bins": plan.bins,
+                   "sample_bytes": b.pair_reserve(plan, opts),
                    "scores": scores}
 
 
@@ -518,7 +519,7 @@ def build_parquet(con: Connector, name: str, files: str | Sequence[str], columns
     used = (len(merged.marg) * tables.marg.row_bytes + len(merged.sums) * tables.sums.row_bytes
             + len(merged.edges) * tables.edges.row_bytes + n_groups * tables.groups.row_bytes)
     chosen = b.choose_pair_resolutions(merged.finest, info["bins"], plan.candidates, opts,
-                                       budget * (1 - opts.shares[0]) - used)
+                                       budget - info["sample_bytes"] - used)
     used += sum(len(cells[0]) for _, _, cells in chosen) * tables.pairs.row_bytes
     used += len(merged.outliers) * tables.sample.row_bytes  # a row set aside costs a sample row (as a build)
     gsizes = merged.groups["n"].to_numpy(dtype=np.int64)
