@@ -25,7 +25,8 @@ def _parts(eng: Engine, sql: str, monkeypatch) -> tuple[float, float, float]:
         m.setattr(GroupTotals, "residual_variance", lambda self, gids, ss, ks: np.zeros(len(gids)))
         placement = _half_width(eng, sql)
     with monkeypatch.context() as m:
-        m.setattr(syn_mod.Synopsis, "_placement", lambda self, S, phis, box, ends=None, rows=None: np.zeros(len(self.N)))
+        m.setattr(syn_mod.Synopsis, "_placement",
+                  lambda self, S, phis, box, ends=None, rows=None: np.zeros(len(self.N)))
         residual = _half_width(eng, sql)
     return both, placement, residual
 
@@ -74,7 +75,7 @@ def test_a_bin_cut_at_an_end_keeps_the_placement_variance_in_each_group(rng, mon
     assert several, info.edges  # bins holding more than one year
     cut = info.occupied_max[several[len(several) // 2]]
     sql = f"SELECT g, COUNT(*) AS n FROM t WHERE yr < {cut:.0f} GROUP BY g"
-    both, placement, residual = _parts(eng, sql, monkeypatch)
+    _, placement, residual = _parts(eng, sql, monkeypatch)
     assert placement > 0, cut
     assert residual <= 1e-6 * placement, cut  # the rows' own places fit the sample exactly
     exact = con.execute(sql).df().sort_values("g")["n"].to_numpy()
