@@ -166,9 +166,9 @@ def test_compact_grid_costs_hold_each_stored_field(rng):
 
 
 def test_compact_grids_make_a_column_exact_in_the_same_budget():
-    """Two columns of 80 values each, 20 groups, 256 kB: counted at their nominal width the histograms hold about
-    49 bins a column (not exact); at their compact cost, all 80 values, so a count under a predicate on either
-    column is exact with a zero-width interval."""
+    """Two columns of 80 values each, 20 groups, 256 kB, a sample that takes its whole share: counted at their
+    nominal width the histograms hold fewer than 80 bins a column (not exact); at their compact cost, all 80
+    values, so a count under a predicate on either column is exact with a zero-width interval."""
     con = duckdb.connect()
     con.execute("CREATE TABLE t AS SELECT (i * 7919) % 80 AS a, (i * 104729) % 83 % 80 AS b, i % 20 AS g "
                 "FROM range(100000) r(i)")
@@ -176,7 +176,7 @@ def test_compact_grids_make_a_column_exact_in_the_same_budget():
     exact = con.execute("SELECT g, COUNT(*) FROM t WHERE a < 37 AND b >= 11 GROUP BY g ORDER BY g").fetchall()
     for compact in (False, True):
         eng.build("t", columns=["a", "b"], group_by=["g"], budget_bytes=262_144, compact_grids=compact,
-                  independent_pairs=False)
+                  independent_pairs=False, max_sample_rows=10**6)
         assert [info.discrete for info in store.read(eng.con, "t").infos] == [compact, compact]
     df = eng.query("SELECT g, COUNT(*) AS n FROM t WHERE a < 37 GROUP BY g ORDER BY g")
     want = con.execute("SELECT g, COUNT(*) FROM t WHERE a < 37 GROUP BY g ORDER BY g").fetchall()

@@ -65,6 +65,8 @@ MIN_SUPPORT = 10
 # group: the residuals there hold its error (Synopsis._unseen). Chosen on the tuning tables (synthetic, seeds
 # 902-904): with 10, the answers whose interval it narrowed had E|z| 0.88-0.98 (0.80 is right); with 30, 0.62-0.90
 SEEN_ROWS = 30
+# ... and at least this many of them lie on each side of the box's cut
+SEEN_SIDE = 5
 # at most this many fine bins of a column cut by the box get a within-bin position term (a range cuts two)
 MAX_EDGE_TERMS = 4
 # the whole sample's mean of a value per fine bin of a predicate column (the shape a sum grid's coarse cells
@@ -480,16 +482,23 @@ class Synopsis:
         self._ends_cache[j] = got
         return got
 
-    def _unseen(self, u: int, rows: _Rows | None) -> np.ndarray:
+    def _unseen(self, u: int, ivals: list, rows: _Rows | None) -> np.ndarray:
         """(G, B_u + 1): 1 where the placement term of a fine bin of ``u`` counts in a group, 0 where the sample
         sees the bin well enough for the residuals to hold its error: at least :data:`SEEN_ROWS` of the group's
-        sample rows lie in it. Bins cut at an end only keep the term in groups not sampled whole when the synopsis
-        has several groups: their rows' own places make every residual there 0 while the bin's total takes the
-        table's share of the rows at each end (:meth:`_end_rows`), an error no residual shows."""
+        sample rows lie in it, at least :data:`SEEN_SIDE` of them on each side of the cut ``ivals`` (the rule of
+        thumb for a binomial's normal approximation, ``np`` and ``n(1 − p)`` at least 5: a bound that keeps one
+        row in 100 of a group's bin, or drops one in 400, leaves no sampled row on that side, a residual variance
+        of 0 and an answer that row off inside a zero-width interval). Bins cut at an end only keep the term in
+        groups not sampled whole when the synopsis has several groups: their rows' own places make every
+        residual there 0 while the bin's total takes the table's share of the rows at each end
+        (:meth:`_end_rows`), an error no residual shows."""
         G, B1 = self.fine[u].shape
         if rows is None:
             return np.ones((G, B1))
-        seen = np.bincount(rows.gid * B1 + rows.bins(u), minlength=G * B1).reshape(G, B1) >= SEEN_ROWS
+        cell = rows.gid * B1 + rows.bins(u)
+        m = np.bincount(cell, minlength=G * B1).reshape(G, B1)
+        m_in = np.bincount(cell, self._row_match(u, ivals, rows.vals(u)), minlength=G * B1).reshape(G, B1)
+        seen = (m >= SEEN_ROWS) & (m_in >= SEEN_SIDE) & (m - m_in >= SEEN_SIDE)
         parts = rows.ends.get(u)
         if G > 1 and parts is not None:
             seen[:, 1:] &= ~(parts.end_cut & self._partial[:, None])
@@ -1168,7 +1177,7 @@ class Synopsis:
                     inner = parts.spread * parts.inner * (1 - parts.inner)
                     bern = bern.copy()
                     bern[1:] = np.where(parts.known, inner, bern[1:])
-                unseen = self._unseen(u, rows)
+                unseen = self._unseen(u, box[u], rows)
                 num = (w * bern * unseen).sum(axis=1) + self._slope_var(u, box[u], unseen)
                 den = (w * ph).sum(axis=1)
                 rv += np.where(den > 0, num / np.where(den > 0, den, 1) ** 2, 0.0)
