@@ -462,16 +462,18 @@ def plan_bins(infos: list[ColumnInfo], n_groups: int, opts: BuildOptions, table_
     can use of its share (:func:`sample_bytes`) and each column's number of bins (:func:`_marginal_bins`)."""
     budget = opts.budget_bytes or max(opts.min_budget_bytes, int(opts.budget_fraction * table_bytes))
     costs = row_costs(infos, n_groups, n_rows, opts)
-    plan = Plan(budget, n_groups, [], costs, sample_bytes(opts, budget, costs, n_rows))
+    plan = Plan(budget, n_groups, [], costs, sample_bytes(opts, budget, costs, n_rows, n_groups))
     plan.bins = _marginal_bins(infos, n_groups, opts, plan.share_bytes(opts, 1), costs)
     return plan
 
 
-def sample_bytes(opts: BuildOptions, budget: int, costs: RowCosts, n_rows: int) -> float:
+def sample_bytes(opts: BuildOptions, budget: int, costs: RowCosts, n_rows: int, n_groups: int = 1) -> float:
     """What the sample can use of its share of the budget: no more than ``max_sample_rows`` rows
-    (``sample_size`` when given), nor the table's, at their compact cost (``compact_sample``). The grids get the
-    rest: the budget is spent, not left unused where the sample is capped (UN population: 20,460 rows, 100 of
-    the sample's 131 kB).
+    (``sample_size`` when given), nor the table's, at their compact cost (``compact_sample``), but at least the
+    per-group floor of :func:`sample_quotas` (about ``min(200, N / groups)`` rows a group), which every group
+    takes whatever the cap. The grids get the rest: the budget is spent, not left unused where the sample is
+    capped (TPC-H lineitem at SF1: 20,480 rows, a sixth of the sample's share). A partitioned build counts its
+    rows at their nominal width (``compact_sample=False``) and keeps the whole share.
 
     Examples
     --------
@@ -480,11 +482,15 @@ def sample_bytes(opts: BuildOptions, budget: int, costs: RowCosts, n_rows: int) 
     163840.0
     >>> sample_bytes(BuildOptions(), 100_000, costs, n_rows=10**7)     # its 65% share
     65000.0
+    >>> sample_bytes(BuildOptions(), 1_000_000, costs, n_rows=10**7, n_groups=300)  # 300 groups of 200 rows
+    480000.0
     """
     share = opts.shares[0] * budget
     if not opts.compact_sample:
         return share
-    return min(share, min(opts.sample_size or opts.max_sample_rows, n_rows) * costs.sample)
+    floor = n_groups * min(200.0, n_rows / max(n_groups, 1))
+    rows = max(min(opts.sample_size or opts.max_sample_rows, n_rows), floor)
+    return min(share, rows * costs.sample)
 
 
 def _marginal_bins(infos: list[ColumnInfo], n_groups: int, opts: BuildOptions, share: float, costs: RowCosts
@@ -1059,7 +1065,7 @@ def write_pair_grids(con: Connector, tables: SynopsisTables, binned: Binned, inf
                      scores: dict[tuple[int, int], float], opts: BuildOptions, say: Callable[[str, float], None],
                      probe_grids: dict | None = None) -> list[PairGrid]:
     """Grids for the dependent pairs (:func:`_choose_pairs`) in what the histograms and sum grids left of the
-    budget (the pair grids are sparse), less the sample's share."""
+    budget (the pair grids are sparse), less what the sample uses of its share (:func:`pair_reserve`)."""
     pair_budget = plan.budget - pair_reserve(plan, opts) - plan.costs.of(con, tables, "marg", "sums", "edges",
                                                                          "groups")
     chosen = _choose_pairs(con, binned, infos, plan.bins, scores, opts, pair_budget, say, probe_grids,
@@ -1415,6 +1421,7 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
     say("bins", 0.15)
     find_bin_edges(con, table, infos, plan, stats.rows, opts.seed)
     plan.costs = row_costs(infos, plan.n_groups, stats.rows, opts)  # the sample's cost knows the discrete columns
+    plan.sample_bytes = sample_bytes(opts, plan.budget, plan.costs, stats.rows, plan.n_groups)
 
     tables = SynopsisTables.of(uuid.uuid4().hex[:12], infos, cols.group_types)
     old_ids = catalog_ids(con, table)

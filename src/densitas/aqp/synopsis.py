@@ -23,10 +23,12 @@ The variance is the larger of the residuals' and the model's variance for rows i
 :meth:`_placement`; :func:`interval_variance`): a box edge inside a bin splits rows the sample may not see, so
 the residual variance alone can miss that part of the error when it is concentrated in few rows; where the
 sample does see them, the residuals already hold it and adding the two would count it twice. A cut bin counts in
-the placement term only in the groups where fewer than ``SEEN_ROWS`` sample rows lie in it: where more do, the
-bin's own residuals estimate its error by design, and the model's Bernoulli placement (which takes the rows of a
-bin as randomly placed) made intervals too wide on regular data (UN population's years, 98–99% coverage). No
-constant is fitted to a reported workload (``SEEN_ROWS`` was chosen on the tuning tables). Intervals are
+the placement term only in the groups where the sample does not see it (:meth:`Synopsis._unseen`: fewer than
+``SEEN_ROWS`` sample rows in it, or fewer than ``SEEN_SIDE`` inside the box or outside the cut): where it does,
+the bin's own residuals estimate its error by design, and the model's Bernoulli placement (which takes the rows
+of a bin as randomly placed) made intervals too wide on regular data (UN population, 98–99% coverage). Bins cut
+at an end keep it in grouped synopses (their residuals are 0 by construction). No constant is fitted to a
+reported workload (``SEEN_ROWS`` was chosen on the tuning tables). Intervals are
 normal; AVG by the delta method (the residual of ``SUM − AVG·COUNT``).
 With the whole group as the sample the answer is exact; with no predicate the fine histograms give exact
 totals; discrete columns whose values each own a fine bin are answered exactly by the model.
@@ -485,20 +487,22 @@ class Synopsis:
     def _unseen(self, u: int, ivals: list, rows: _Rows | None) -> np.ndarray:
         """(G, B_u + 1): 1 where the placement term of a fine bin of ``u`` counts in a group, 0 where the sample
         sees the bin well enough for the residuals to hold its error: at least :data:`SEEN_ROWS` of the group's
-        sample rows lie in it, at least :data:`SEEN_SIDE` of them on each side of the cut ``ivals`` (the rule of
-        thumb for a binomial's normal approximation, ``np`` and ``n(1 − p)`` at least 5: a bound that keeps one
-        row in 100 of a group's bin, or drops one in 400, leaves no sampled row on that side, a residual variance
-        of 0 and an answer that row off inside a zero-width interval). Bins cut at an end only keep the term in
-        groups not sampled whole when the synopsis has several groups: their rows' own places make every
-        residual there 0 while the bin's total takes the table's share of the rows at each end
-        (:meth:`_end_rows`), an error no residual shows."""
+        sample rows lie in it, at least :data:`SEEN_SIDE` of them inside the query's whole box and as many beyond
+        the cut ``ivals`` (the rule of thumb for a binomial's normal approximation, ``np`` and ``n(1 − p)`` at
+        least 5: a bound that keeps one row in 100 of a group's bin, or drops one in 400, leaves no sampled row on
+        that side, a residual variance of 0 and an answer that row off inside a zero-width interval). Bins cut at
+        an end only keep the term in groups not sampled whole when the synopsis has several groups: their rows'
+        own places make every residual there 0 while the bin's total takes the table's share of the rows at each
+        end (:meth:`_end_rows`), an error no residual shows."""
         G, B1 = self.fine[u].shape
         if rows is None:
             return np.ones((G, B1))
         cell = rows.gid * B1 + rows.bins(u)
         m = np.bincount(cell, minlength=G * B1).reshape(G, B1)
-        m_in = np.bincount(cell, self._row_match(u, ivals, rows.vals(u)), minlength=G * B1).reshape(G, B1)
-        seen = (m >= SEEN_ROWS) & (m_in >= SEEN_SIDE) & (m - m_in >= SEEN_SIDE)
+        kept = self._row_match(u, ivals, rows.vals(u))
+        m_in = np.bincount(cell, kept & rows.inside, minlength=G * B1).reshape(G, B1)  # inside the whole box
+        m_out = m - np.bincount(cell, kept, minlength=G * B1).reshape(G, B1)  # on the far side of u's cut
+        seen = (m >= SEEN_ROWS) & (m_in >= SEEN_SIDE) & (m_out >= SEEN_SIDE)
         parts = rows.ends.get(u)
         if G > 1 and parts is not None:
             seen[:, 1:] &= ~(parts.end_cut & self._partial[:, None])
