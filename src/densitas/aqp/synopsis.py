@@ -744,6 +744,10 @@ class Synopsis:
         if not S:  # no predicate: the fine histograms hold every total exactly
             est = np.stack([self._unboxed_total(k) for k in keys], axis=1)
             return est, lambda gids, ks, ws: np.zeros(len(gids)), self._support(None)
+        pair = self._exact_pair(S, keys)
+        if pair is not None:  # two discrete columns and their full grid: every total exactly
+            est = np.stack([self._pair_total(pair, self._key_factors(k, S, phis, ends)) for k in keys], axis=1)
+            return est, lambda gids, ks, ws: np.zeros(len(gids)), self._support(None)
         keyphis = [self._key_factors(k, S, phis, ends) for k in keys]
         rows = self._rows(S, box, phis)
         rows.ends = ends
@@ -771,6 +775,31 @@ class Synopsis:
         return totals.value, var_fn, self._support(rows)
 
     # ---- the steps of the grid estimator ----------------------------------------------------------------------
+    def _exact_pair(self, S: list[int], keys: list) -> Pair | None:
+        """The stored pair grid that holds the query's answer exactly, if one does: two predicate columns, both
+        discrete (each value its own fine bin, which the box keeps or drops whole), their grid at full resolution
+        (a cell per fine bin, so its counts are the table's per pair of values), and every key a row count or a
+        value of one of the two (a fine bin's mean is then its value). Where a group's sample would otherwise
+        decide, the grid's cells answer: fertility's ``SUM(work) WHERE work < 52 AND age >= 25`` was 0.08% off
+        with an interval of ±0.1% (5 standard errors of bias over 24 samples, the fit's collinearity floor
+        keeping it from the exact term). None where the model is not exact."""
+        if len(S) != 2 or not all(self.infos[u].discrete for u in S):
+            return None
+        pair = self.pairs.get((min(S), max(S)))
+        if pair is None or any(len(np.unique(m)) != len(m) for m in pair.maps):
+            return None
+        if any(kind != "n" and j not in S for kind, j in keys):
+            return None
+        return pair
+
+    def _pair_total(self, pair: Pair, factors: dict[int, np.ndarray]) -> np.ndarray:
+        """(G,): per group, the sum over the pair grid's cells of their rows times the product of the two
+        columns' per-fine-bin ``factors`` (a key's box shares with its value attached: :meth:`_key_factors`)."""
+        a, b = pair.cols
+        qa = self._cell_mean(a, factors[a], pair.starts[0])
+        qb = self._cell_mean(b, factors[b], pair.starts[1])
+        return np.bincount(pair.gid, pair.n * qa.take(pair.flat[0]) * qb.take(pair.flat[1]), minlength=len(self.N))
+
     def _forest(self, S: list[int]) -> _Forest:
         """The query's tree of pair grids (:meth:`_tree`) as adjacency and connected components."""
         edges = self._tree(S)
