@@ -744,10 +744,9 @@ class Synopsis:
         if not S:  # no predicate: the fine histograms hold every total exactly
             est = np.stack([self._unboxed_total(k) for k in keys], axis=1)
             return est, lambda gids, ks, ws: np.zeros(len(gids)), self._support(None)
-        pair = self._exact_pair(S, keys)
-        if pair is not None:  # two discrete columns and their full grid: every total exactly
-            est = np.stack([self._pair_total(pair, self._key_factors(k, S, phis, ends)) for k in keys], axis=1)
-            return est, lambda gids, ks, ws: np.zeros(len(gids)), self._support(None)
+        exact = self._exact_totals(S, keys, phis, ends)
+        if exact is not None:  # discrete predicate columns whose grids hold the answer: every total exactly
+            return exact, lambda gids, ks, ws: np.zeros(len(gids)), self._support(None)
         keyphis = [self._key_factors(k, S, phis, ends) for k in keys]
         rows = self._rows(S, box, phis)
         rows.ends = ends
@@ -775,6 +774,32 @@ class Synopsis:
         return totals.value, var_fn, self._support(rows)
 
     # ---- the steps of the grid estimator ----------------------------------------------------------------------
+    def _exact_totals(self, S: list[int], keys: list, phis: dict, ends: dict) -> np.ndarray | None:
+        """(G, len(keys)): the keys' totals where the synopsis holds them exactly, else None. One discrete
+        predicate column: its fine bins hold the row counts and its own values' sums, and its sum grid, at full
+        resolution (a cell per value), every other column's sums (:meth:`_exact_column`). Two: their pair grid at
+        full resolution (:meth:`_exact_pair`). The model's prediction is then the answer; the fit would add the
+        sample's noise to it, or miss it where its terms are nearly collinear among a group's rows (fertility's
+        ``SUM(age) WHERE work >= 40``, ±900 around an answer the grid holds)."""
+        if len(S) == 1 and self._exact_column(S[0], keys):
+            u = S[0]
+            return np.stack([(self.fine[u] * self._key_factors(k, S, phis, ends)[u]).sum(axis=1) for k in keys],
+                            axis=1)
+        pair = self._exact_pair(S, keys)
+        if pair is None:
+            return None
+        return np.stack([self._pair_total(pair, self._key_factors(k, S, phis, ends)) for k in keys], axis=1)
+
+    def _exact_column(self, u: int, keys: list) -> bool:
+        """Whether the one predicate column ``u`` holds every key's total exactly: discrete (each value its own fine
+        bin, kept or dropped whole), and every key a row count, a value of ``u`` or a total its sum grid holds at
+        full resolution (a cell per fine bin: a bin's mean is its cell's, :meth:`_sum_ratio`)."""
+        if not self.infos[u].discrete:
+            return False
+        cmap, tot = self.sums[u]
+        full = len(np.unique(cmap)) == len(cmap)
+        return all(kind == "n" or j == u or (full and (kind, j) in tot) for kind, j in keys)
+
     def _exact_pair(self, S: list[int], keys: list) -> Pair | None:
         """The stored pair grid that holds the query's answer exactly, if one does: two predicate columns, both
         discrete (each value its own fine bin, which the box keeps or drops whole), their grid at full resolution
