@@ -1315,7 +1315,10 @@ def _least_cut_first(S: list[int], fine: dict, phis: dict) -> list[int]:
     fitted correction): from a column whose bins the box keeps or drops whole, it is each row's exact share of that
     condition. From another column, rare rows the first one's bound drops exactly and the sample never holds came
     back through the collinear terms' correction (nafld2's ``COUNT(*) WHERE value >= 56 AND days < 7187``: 169,801 ±
-    1.4 against 169,780, above the count under ``value >= 56`` alone).
+    1.4 against 169,780, above the count under ``value >= 56`` alone). Among columns that cut alike (none, say),
+    the one whose condition keeps or drops the fewest rows on its smaller side comes first: those are the rows
+    the sample misses (``v >= 2 AND d < 70.3`` with d's bound between two bins: the 20 rows of a group at v = 1
+    came back from d's prediction, 14,153 ± 0.1 against 14,141).
 
     Examples
     --------
@@ -1323,8 +1326,17 @@ def _least_cut_first(S: list[int], fine: dict, phis: dict) -> list[int]:
     >>> phis = {0: np.array([0.0, 1.0, 0.5]), 1: np.array([0.0, 1.0, 0.0])}   # column 1 keeps or drops bins whole
     >>> _least_cut_first([0, 1], fine, phis)
     [1, 0]
+    >>> fine[0] = np.array([[0.0, 2.0, 98.0]])                                 # column 0 drops 2 rows of 100
+    >>> phis[0] = np.array([0.0, 0.0, 1.0])
+    >>> _least_cut_first([1, 0], fine, phis)
+    [0, 1]
     """
-    return sorted(S, key=lambda u: float((fine[u] * phis[u] * (1 - phis[u])).sum()))
+    def order(u: int) -> tuple[float, float]:
+        kept = fine[u] * phis[u]  # (G, B + 1)
+        smaller = np.minimum(kept.sum(axis=1), (fine[u] - kept).sum(axis=1))  # per group, the condition's rarer side
+        return float((kept * (1 - phis[u])).sum()), float(smaller.sum())
+
+    return sorted(S, key=order)
 
 
 def _centre(info: ColumnInfo, fine: np.ndarray, mean: np.ndarray) -> float:
