@@ -229,9 +229,11 @@ def test_lscv_with_copies_of_rows_is_degenerate_and_says_so(rng):
 
 
 def test_isj_agrees_with_kdepy_once_its_range_factor_is_fixed(rng):
-    """On KDEpy's own grid (1,024 points, its range) the fixed point is the same to rounding; on our default grid
-    (16,384 points, a tenth of the range each side) only the discretisation differs: 0.5% at most over 120
-    draws, so 3% catches a wrong constant or exponent, not the grid."""
+    """On KDEpy's own grid (1,024 points, its range) the fixed point is the same to rounding: that catches a
+    wrong constant or exponent. Our default grid (16,384 points, a tenth of the range each side) agrees within 3%
+    with the fixed point on 16,384 points of KDEpy's range: the range factor, not the grid. (Against KDEpy's 1,024
+    points themselves it does not: they are coarse for the mixture's narrow mode, whose fixed point there was
+    9% above the fine grid's on one draw in a few hundred, seed 4100018623.)"""
     kdepy = pytest.importorskip("KDEpy")  # in the test extra
     from KDEpy.utils import autogrid
 
@@ -245,7 +247,8 @@ def test_isj_agrees_with_kdepy_once_its_range_factor_is_fixed(rng):
         fixed = theirs * (hi - lo) / (x.max() - x.min())
         counts = linear_bin(torch.from_numpy(x), None, 1024, lo, hi).numpy()
         assert isj_on_grid(counts, len(x), hi - lo) == pytest.approx(fixed, rel=1e-7)
-        assert bandwidth(x, "isj", device="cpu") == pytest.approx(fixed, rel=3e-2)
+        fine = isj_on_grid(linear_bin(torch.from_numpy(x), None, 16_384, lo, hi).numpy(), len(x), hi - lo)
+        assert bandwidth(x, "isj", device="cpu") == pytest.approx(fine, rel=3e-2)
 
 
 def test_rules_of_thumb_constants(rng):
