@@ -451,9 +451,8 @@ class Plan:
         >>> round(plan.share_bytes(BuildOptions(), 1))              # 15/35 of the 55 kB left
         23571
         """
-        used = opts.shares[0] * self.budget if self.sample_bytes is None else self.sample_bytes
         grids = sum(opts.shares[1:])
-        return opts.shares[part] / grids * (self.budget - used) if grids > 0 else 0.0
+        return opts.shares[part] / grids * (self.budget - pair_reserve(self, opts)) if grids > 0 else 0.0
 
 
 def plan_bins(infos: list[ColumnInfo], n_groups: int, opts: BuildOptions, table_bytes: int, n_rows: int) -> Plan:

@@ -737,16 +737,14 @@ class Synopsis:
         shares = {u: self._shares(u, box[u]) for u in S}
         phis = {u: share for u, (share, _) in shares.items()}
         ends = {u: parts for u, (_, parts) in shares.items()}
+        exact = np.stack([self._unboxed_total(k) for k in keys], axis=1) if not S \
+            else self._exact_totals(S, keys, phis, ends)
+        if exact is not None:  # no predicate (the fine histograms), or discrete predicate columns whose grids hold
+            return exact, lambda gids, ks, ws: np.zeros(len(gids)), self._support(None)  # the answer: exact
         tree = self._forest(S)
         memo: dict = {}  # messages under the box's own factors (the row-count key's)
         E = [self._expect(comp, tree.adj, phis, memo) for comp in tree.comps]
         count = self.N * np.prod(E, axis=0) if E else self.N.copy()
-        if not S:  # no predicate: the fine histograms hold every total exactly
-            est = np.stack([self._unboxed_total(k) for k in keys], axis=1)
-            return est, lambda gids, ks, ws: np.zeros(len(gids)), self._support(None)
-        exact = self._exact_totals(S, keys, phis, ends)
-        if exact is not None:  # discrete predicate columns whose grids hold the answer: every total exactly
-            return exact, lambda gids, ks, ws: np.zeros(len(gids)), self._support(None)
         keyphis = [self._key_factors(k, S, phis, ends) for k in keys]
         rows = self._rows(S, box, phis)
         rows.ends = ends
@@ -796,8 +794,8 @@ class Synopsis:
         full resolution (a cell per fine bin: a bin's mean is its cell's, :meth:`_sum_ratio`)."""
         if not self.infos[u].discrete:
             return False
-        cmap, tot = self.sums[u]
-        full = len(np.unique(cmap)) == len(cmap)
+        tot = self.sums[u][1]
+        full = len(self._sum_starts(u)) == self.fine[u].shape[1]  # a cell starts at every fine bin
         return all(kind == "n" or j == u or (full and (kind, j) in tot) for kind, j in keys)
 
     def _exact_pair(self, S: list[int], keys: list) -> Pair | None:
@@ -811,7 +809,7 @@ class Synopsis:
         if len(S) != 2 or not all(self.infos[u].discrete for u in S):
             return None
         pair = self.pairs.get((min(S), max(S)))
-        if pair is None or any(len(np.unique(m)) != len(m) for m in pair.maps):
+        if pair is None or any(len(st) != len(m) for st, m in zip(pair.starts, pair.maps, strict=True)):
             return None
         if any(kind != "n" and j not in S for kind, j in keys):
             return None
@@ -1235,8 +1233,9 @@ class Synopsis:
                     inner = parts.spread * parts.inner * (1 - parts.inner)
                     bern = bern.copy()
                     bern[1:] = np.where(parts.known, inner, bern[1:])
-                unseen = self._unseen(u, box[u], rows)
-                num = (w * bern * unseen).sum(axis=1) + self._slope_var(u, box[u], unseen)
+                # which groups' sample sees the cut bins; no cut bin, nothing to weigh (no Bernoulli or slope part)
+                unseen = self._unseen(u, box[u], rows) if np.any((ph > 0) & (ph < 1)) else None
+                num = (w * (bern if unseen is None else bern * unseen)).sum(axis=1) + self._slope_var(u, box[u], unseen)
                 den = (w * ph).sum(axis=1)
                 rv += np.where(den > 0, num / np.where(den > 0, den, 1) ** 2, 0.0)
         return rv
