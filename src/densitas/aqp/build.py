@@ -1073,8 +1073,18 @@ def write_pair_grids(con: Connector, tables: SynopsisTables, binned: Binned, inf
 
 
 def pair_reserve(plan: Plan, opts: BuildOptions) -> float:
-    """Bytes kept from the pair grids for the sample: what it can use of its share (:func:`sample_bytes`) —
-    beyond that the sample would not use them, and the grids do."""
+    """Bytes kept from the grids for the sample: what it can use of its share (:func:`sample_bytes`) —
+    beyond that the sample would not use them, and the grids do.
+
+    Examples
+    --------
+    >>> plan = Plan(budget=100_000, n_groups=1, bins=[], costs=RowCosts(1.0, 1.0, 1.0, 8.0))
+    >>> pair_reserve(plan, BuildOptions())                      # planned without a cap: the whole 65% share
+    65000.0
+    >>> plan.sample_bytes = 16_000.0                             # 2,000 rows at 8 bytes
+    >>> pair_reserve(plan, BuildOptions())
+    16000.0
+    """
     return plan.sample_bytes if plan.sample_bytes is not None else opts.shares[0] * plan.budget
 
 
