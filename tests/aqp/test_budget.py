@@ -20,11 +20,25 @@ def test_sample_row_bytes_counts_bits_on_the_value_grid():
                      nullable=True)  # 10,001 points: 14 bits, + 1 for NULLs
     small = ColumnInfo("s", "DOUBLE", "float", 0.0, lo=0.0, hi=0.1, distinct=11, discrete=True)  # 12 codes: 4
     dbl = ColumnInfo("x", "DOUBLE", "float", 0.0, lo=0.0, hi=1.0, distinct=10**6)  # a full DOUBLE: 64
-    bits = 10 + 15 + 4 + 64 + 3  # + a group id among 5 groups
-    assert build_mod.sample_row_bytes([ints, dec, small, dbl], n_groups=5) == math.ceil(bits) / 8
-    # one group: no group id; never below one bit a column
+    bits = 10 + 15 + 4 + 64  # no group id: the sample is stored in group order, a run a group
+    assert build_mod.sample_row_bytes([ints, dec, small, dbl]) == math.ceil(bits) / 8
+    # a row set aside whole: the same values and a group id among 5 groups
+    assert build_mod.aside_row_bytes([ints, dec, small, dbl], n_groups=5) == math.ceil(bits + math.log2(5)) / 8
+    # never below one bit a column
     one = ColumnInfo("c", "INTEGER", "int", 1.0, lo=7.0, hi=7.0, distinct=1)
-    assert build_mod.sample_row_bytes([one], n_groups=1) == 1 / 8
+    assert build_mod.sample_row_bytes([one]) == 1 / 8
+
+
+def test_sample_row_bytes_clips_each_range_to_the_outlier_bounds():
+    """The sample holds no row beyond the bounds of the rule that set rows aside: a delay of -43 to 1,301
+    minutes (1,345 points: 11 bits) kept within [-212.6, 221] holds 265 points (9 bits); a column without
+    bounds, or whose bounds lie beyond its range, keeps its bits."""
+    delay = ColumnInfo("x", "INTEGER", "int", 1.0, lo=-43.0, hi=1301.0, distinct=527, nullable=True)
+    day = ColumnInfo("d", "DATE", "date", 1.0, lo=15706.0, hi=16070.0, distinct=365)
+    rule = build_mod.OutlierRule([(-212.6, 221.0), (0.0, 1e9)])
+    assert build_mod.sample_row_bytes([delay, day]) == math.ceil(11 + 1 + 9) / 8
+    assert build_mod.sample_row_bytes([delay, day], rule) == math.ceil(9 + 1 + 9) / 8
+    assert build_mod.sample_row_bytes([delay, day], build_mod.OutlierRule.none(2)) == math.ceil(11 + 1 + 9) / 8
 
 
 def _table(con, rng, n):
@@ -126,7 +140,8 @@ def test_compact_grid_costs_count_each_field_at_its_bits():
     # cells up to the bins (528); a date has no SUM, the delay a sum and a non-NULL count
     assert costs.sums * 8 == col + gid + 10 + count + delay_sum + count
     assert costs.pairs * 8 == 0 + gid + 2 * 9 + count  # one pair: no pair id
-    assert costs.sample == build_mod.sample_row_bytes([day, delay], n_groups=35)
+    assert costs.sample == build_mod.sample_row_bytes([day, delay])
+    assert costs.outliers == build_mod.aside_row_bytes([day, delay], n_groups=35)
     nominal = build_mod.RowCosts.nominal([day, delay])
     assert (nominal.marg, nominal.sums, nominal.pairs, nominal.sample) == (18, 2 + 2 + 2 + 4 + 8 + 4, 12, 2 + 16)
 

@@ -83,6 +83,8 @@ def test_a_merged_synopsis_counts_every_row(any_engine):
         np.add.at(want, (gid, cmap[fine[j]]), frame["y"].to_numpy(dtype=float))
         assert np.allclose(tot[("s", st.infos.index(next(i for i in st.infos if i.name == "y")))], want, rtol=1e-12)
     assert len(st.sample_gid) == 10000  # every appended row joined the full sample (its thresholds are 1)
+    # stored in group order, as a build stores it: its group column is a run a group (build.GROUP_RUN_BYTES)
+    assert (np.diff(st.sample_gid) >= 0).all()
     any_engine.validate("t")  # the merged fingerprint is the table's
     for sql in ["SELECT COUNT(*) AS v FROM t WHERE x BETWEEN 10.5 AND 77.7",
                 "SELECT g, SUM(y) AS v FROM t WHERE x > 3.3 AND q <= 7 GROUP BY g",

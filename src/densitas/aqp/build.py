@@ -254,6 +254,8 @@ def fingerprint_sql(table: str, columns: Sequence[str]) -> str:
 
 MARG_CELL_BYTES = marg_layout().row_bytes  # col, gid, bin, n, s
 EDGE_BYTES = edges_layout().row_bytes  # col, bin, lo, vmin, vmax
+# the sample is stored in group order: its group column is one run a group (a SMALLINT value and a run length)
+GROUP_RUN_BYTES = 4
 PAIR_CELL_BYTES = pairs_layout().row_bytes  # pair, gid, c0, c1, n
 # tables with more rows take their quantile edges from a seeded hash sample of about this many rows
 QUANTILE_SAMPLE_ROWS = 2_000_000
@@ -466,11 +468,13 @@ def plan_bins(infos: list[ColumnInfo], n_groups: int, opts: BuildOptions, table_
     return plan
 
 
-def sample_bytes(opts: BuildOptions, budget: int, costs: RowCosts, n_rows: int, n_groups: int = 1) -> float:
+def sample_bytes(opts: BuildOptions, budget: int, costs: RowCosts, n_rows: int, n_groups: int = 1,
+                 aside_rows: int = 0) -> float:
     """What the sample can use of its share of the budget: no more than ``max_sample_rows`` rows
     (``sample_size`` when given), nor the table's, at their compact cost (``compact_sample``), but at least the
     per-group floor of :func:`sample_quotas` (about ``min(200, N / groups)`` rows a group), which every group
-    takes whatever the cap. The grids get the rest: the budget is spent, not left unused where the sample is
+    takes whatever the cap; and the ``aside_rows`` rows set aside whole (:func:`find_outliers`), which take
+    sample rows' places. The grids get the rest: the budget is spent, not left unused where the sample is
     capped (TPC-H lineitem at SF1: 20,480 rows, a sixth of the sample's share). A partitioned build counts its
     rows at their nominal width (``compact_sample=False``) and keeps the whole share.
 
@@ -489,7 +493,7 @@ def sample_bytes(opts: BuildOptions, budget: int, costs: RowCosts, n_rows: int, 
         return share
     floor = n_groups * min(200.0, n_rows / max(n_groups, 1))
     rows = max(min(opts.sample_size or opts.max_sample_rows, n_rows), floor)
-    return min(share, rows * costs.sample)
+    return min(share, rows * costs.sample + aside_rows * costs.outliers)
 
 
 def _marginal_bins(infos: list[ColumnInfo], n_groups: int, opts: BuildOptions, share: float, costs: RowCosts
@@ -1155,32 +1159,62 @@ def sample_target(opts: BuildOptions, budget: int, used: int, k: int, n_rows: in
     return min(n_sample, n_rows)
 
 
-def sample_row_bytes(infos: Sequence[ColumnInfo], n_groups: int) -> float:
+def sample_row_bytes(infos: Sequence[ColumnInfo], rule: OutlierRule | None = None) -> float:
     """What one sample row costs stored compactly, in bytes: per column the bits of its values on their value
     grid — ``log2`` of the grid points between its smallest and largest value (integers, decimals, dates:
     ``step`` > 0), or of its distinct values for a discrete column — else a full 8-byte DOUBLE, one more bit
-    where it holds NULLs; and the bits of a group id. The table's budget is a fraction of its *compressed*
-    storage, and the sample's DOUBLE columns are stored compressed as well (DuckDB's ALP encodes a column of
-    values on a decimal grid in about these bits: measured 12.4 bytes a row on lineitem's seven columns, 7.9 on
-    flights' five, against the nominal 58 and 42), so rows are counted at this cost, not their nominal width.
+    where it holds NULLs. With the build's :class:`OutlierRule`, a column's range is clipped to its bounds: the
+    rows beyond them are stored whole, not in the sample. The group id costs no bits a row: the sample is stored
+    in group order, so its group column is one run a group (:data:`GROUP_RUN_BYTES`, counted with the groups).
+
+    The table's budget is a fraction of its *compressed* storage, and the sample is stored compressed as well
+    (DuckDB's ALP encodes a column of values on a decimal grid in about these bits, its RLE a sorted group
+    column in a run per group, a validity mask with few NULLs as a sparse bitmap), so rows are counted at this
+    cost, not their nominal width. Measured from the segment offsets of ``pragma_storage_info`` on a build's
+    sample table: lineitem SF1 9.0 bytes a row stored against 9.25 counted here; flights' group column and four of
+    its five value columns 38.8 bits a row against 42 counted (6.9 bytes a row counted in all, 8.1 before the
+    ranges were clipped and the group id counted as runs; benchmarks/RESULTS.md, "AQP: the sample's bits").
 
     Examples
     --------
     >>> from densitas.aqp.columns import ColumnInfo
     >>> day = ColumnInfo("d", "DATE", "date", 1.0, lo=0.0, hi=2525.0, distinct=2526)   # 12 bits
     >>> price = ColumnInfo("p", "DOUBLE", "float", 0.0, lo=0.5, hi=9.5, distinct=10**6)  # 64 bits
-    >>> sample_row_bytes([day, price], n_groups=4)                                      # + 2 bits of group id
-    9.75
+    >>> sample_row_bytes([day, price])
+    9.5
+    >>> sample_row_bytes([day, price], OutlierRule([(0.0, 100.0), None]))               # 7 bits for the days
+    8.875
+    """
+    bounds = rule.bounds if rule is not None else [None] * len(infos)
+    return math.ceil(sum(_value_bits(info, b) for info, b in zip(infos, bounds, strict=True))) / 8
+
+
+def aside_row_bytes(infos: Sequence[ColumnInfo], n_groups: int) -> float:
+    """What one row set aside whole (:func:`find_outliers`) costs: its values over the columns' whole ranges, as
+    :func:`sample_row_bytes` counts them, and the bits of its group id (those rows are few and in no order).
+
+    Examples
+    --------
+    >>> from densitas.aqp.columns import ColumnInfo
+    >>> day = ColumnInfo("d", "DATE", "date", 1.0, lo=0.0, hi=2525.0, distinct=2526)   # 12 bits
+    >>> aside_row_bytes([day], n_groups=4)                                               # + 2 bits of group id
+    1.75
     """
     bits = math.log2(max(n_groups, 1)) if n_groups > 1 else 0.0
-    for info in infos:
-        options = [64.0]
-        if info.step > 0 and math.isfinite(info.hi - info.lo):
-            options.append(math.log2((info.hi - info.lo) / info.step + 1))
-        if info.discrete and info.distinct > 0:
-            options.append(math.log2(info.distinct + 1))
-        bits += math.ceil(max(min(options), 1.0)) + (1 if info.nullable else 0)
-    return math.ceil(bits) / 8
+    return math.ceil(bits + sum(_value_bits(info, None) for info in infos)) / 8
+
+
+def _value_bits(info: ColumnInfo, bounds: tuple[float, float] | None) -> int:
+    """Bits of one stored value of the column (:func:`sample_row_bytes`), within ``bounds`` when given."""
+    lo, hi = info.lo, info.hi
+    if bounds is not None:
+        lo, hi = max(lo, bounds[0]), min(hi, bounds[1])
+    options = [64.0]
+    if info.step > 0 and math.isfinite(hi - lo):
+        options.append(math.log2(max(hi - lo, 0.0) / info.step + 1))
+    if info.discrete and info.distinct > 0:
+        options.append(math.log2(info.distinct + 1))
+    return math.ceil(max(min(options), 1.0)) + (1 if info.nullable else 0)
 
 
 def _bits(values: float) -> int:
@@ -1230,11 +1264,12 @@ class RowCosts:
     sums: float
     pairs: float
     sample: float
+    aside: float | None = None  # a row set aside whole (aside_row_bytes); None: a sample row's cost
 
     @property
     def outliers(self) -> float:
-        """A row set aside whole costs what a sample row does."""
-        return self.sample
+        """What a row set aside whole costs (:func:`aside_row_bytes`; a sample row's where not given)."""
+        return self.sample if self.aside is None else self.aside
 
     @classmethod
     def nominal(cls, infos: Sequence[ColumnInfo]) -> RowCosts:
@@ -1260,7 +1295,8 @@ class RowCosts:
         sums = (index + bins + count
                 + sum(sum_bits(info, n_rows) + (count if info.nullable else 0) for info in infos if info.numeric))
         pairs = _bits(k * (k - 1) // 2) + _bits(n_groups) + 2 * _bits(opts.max_pair_res + 1) + count
-        return cls(marg=marg / 8, sums=sums / 8, pairs=pairs / 8, sample=sample_row_bytes(infos, n_groups))
+        return cls(marg=marg / 8, sums=sums / 8, pairs=pairs / 8, sample=sample_row_bytes(infos),
+                   aside=aside_row_bytes(infos, n_groups))
 
     def of(self, con: Connector, tables: SynopsisTables, *kinds: str) -> int:
         """Bytes of the synopsis' tables of ``kinds`` at these costs (``edges`` and ``groups`` at their
@@ -1279,14 +1315,19 @@ class RowCosts:
         >>> RowCosts(marg=2.0, sums=0.0, pairs=0.0, sample=1.0).of(eng.con, tables, "marg", "sample")  # 50·2 + 300
         400
         """
-        return round(sum(count_rows(con, tables.table(k))
-                         * (getattr(tables, k).row_bytes if k in ("edges", "groups") else getattr(self, k))
-                         for k in kinds))
+        return round(sum(count_rows(con, tables.table(k)) * self._row_bytes(tables, k) for k in kinds))
+
+    def _row_bytes(self, tables: SynopsisTables, kind: str) -> float:
+        """One row of the synopsis table ``kind``: a group's row also pays its run in the sample's group column."""
+        if kind == "groups":
+            return tables.groups.row_bytes + GROUP_RUN_BYTES
+        return tables.edges.row_bytes if kind == "edges" else getattr(self, kind)
 
 
-def row_costs(infos: Sequence[ColumnInfo], n_groups: int, n_rows: int, opts: BuildOptions) -> RowCosts:
+def row_costs(infos: Sequence[ColumnInfo], n_groups: int, n_rows: int, opts: BuildOptions,
+              rule: OutlierRule | None = None) -> RowCosts:
     """What the build counts each stored row for: compact grid rows where ``compact_grids``, compact sample
-    rows where ``compact_sample``, else their nominal widths.
+    rows where ``compact_sample`` (within the outlier ``rule``'s bounds when given), else their nominal widths.
 
     Examples
     --------
@@ -1295,13 +1336,14 @@ def row_costs(infos: Sequence[ColumnInfo], n_groups: int, n_rows: int, opts: Bui
     >>> row_costs([day], 35, 336_776, BuildOptions()).marg                       # 0 + 6 + 9 + 19 + 34 bits
     8.5
     >>> costs = row_costs([day], 35, 336_776, BuildOptions(compact_grids=False))
-    >>> costs.marg, costs.sample        # nominal histogram rows; the sample's still compact (sample_row_bytes)
-    (18, 1.875)
+    >>> costs.marg, costs.sample        # nominal histogram rows; the sample's still compact: 9 bits a day
+    (18, 1.125)
     """
     nominal = RowCosts.nominal(infos)
     costs = RowCosts.compact(infos, n_groups, n_rows, opts) if opts.compact_grids else nominal
-    return dataclasses.replace(costs, sample=sample_row_bytes(infos, n_groups) if opts.compact_sample
-                               else nominal.sample)
+    if not opts.compact_sample:
+        return dataclasses.replace(costs, sample=nominal.sample, aside=None)
+    return dataclasses.replace(costs, sample=sample_row_bytes(infos, rule), aside=aside_row_bytes(infos, n_groups))
 
 
 def synopsis_bytes(con: Connector, tables: SynopsisTables, sample_rows: int, costs: RowCosts) -> int:
@@ -1441,6 +1483,10 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
         rule = find_outliers(con, binned, infos, planned_sample(opts, plan, stats.rows)) if opts.outliers \
             else OutlierRule.none(len(infos))
         set_aside(con, tables, binned, rule)
+        # the sample holds no row beyond the rule's bounds: its rows cost the bits of the narrower ranges
+        plan.costs = row_costs(infos, plan.n_groups, stats.rows, opts, rule)
+        plan.sample_bytes = sample_bytes(opts, plan.budget, plan.costs, stats.rows, plan.n_groups,
+                                         count_rows(con, tables.table("outliers")))
         write_histograms(con, tables, binned, infos)
         sum_res = write_sum_grids(con, tables, binned, infos, plan, opts)
         say("dependence", 0.4)

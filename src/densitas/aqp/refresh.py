@@ -264,7 +264,7 @@ def refresh(con: Connector, table: str, *, verify: bool = False) -> RefreshResul
                         "bandwidths": json.dumps([h * shrink for h in json.loads(meta["bandwidths"] or "[]")]),
                         "size_bytes": b.synopsis_bytes(con, new, sample_rows, b.row_costs(
                             infos, count_rows(con, new.table("groups")), int(meta["rows"]) + delta.rows,
-                            _build_options(meta))),
+                            _build_options(meta), rule)),
                         "table_bytes": con.table_bytes(table)}
             b.swap_catalog(con, new_meta, catalog_ids(con, table))
     if reason is not None:
@@ -352,17 +352,24 @@ def _merge_sample(con: Connector, binned: b.Binned, old: SynopsisTables, new: Sy
     lay = new.sample
     target = lay.table(new.id)
     con.execute(lay.create(new.id))
-    con.execute(exp.insert(sqlglot.select(*(b._col(c) for c in lay.names)).from_(old.table("sample")), target))
     key = exp.func("coalesce", b._col("_densitas_rid", "b"), con.row_id(binned.name, qualifier="b"))
     unit = con.hash_unit(b.seeded_hash(con, key))
     k = binned.n_columns
-    rows = sqlglot.select(exp.alias_(exp.cast(b._col("gid", "b"), lay.columns[0].sql_type), "gid", quoted=True),
-                          *(b._col(f"v{j}", "b") for j in range(k))) \
+    appended = sqlglot.select(exp.alias_(exp.cast(b._col("gid", "b"), lay.columns[0].sql_type), "gid", quoted=True),
+                              *(exp.alias_(b._col(f"v{j}", "b"), f"v{j}", quoted=True) for j in range(k))) \
         .from_(exp.alias_(binned.table, "b", table=True, quoted=True)) \
         .join(exp.alias_(exp.table_(THRESHOLDS, quoted=True), "th", table=True, quoted=True),
               on=b._col("gid", "b").eq(b._col("gid", "th"))) \
         .where(unit < b._col("t", "th"))
-    con.execute(exp.insert(rows, target), [b.sample_salt(int(opts["seed"]))])
+    kept = sqlglot.select(*(b._col(c) for c in lay.names), exp.alias_(b._num(0), "o", quoted=True)) \
+        .from_(old.table("sample"))
+    appended = appended.select(exp.alias_(b._num(1), "o", quoted=True))
+    # in group order, as a build stores it (its group column a run a group: build.GROUP_RUN_BYTES), the old rows
+    # first; the values order the rest, so that the stored order does not depend on the scan's
+    merged = sqlglot.select(*(b._col(c) for c in lay.names)).from_(
+        exp.union(kept, appended, distinct=False).subquery("m")).order_by(
+        b._col("gid"), b._col("o"), *(b._col(f"v{j}") for j in range(k)))
+    con.execute(exp.insert(merged, target), [b.sample_salt(int(opts["seed"]))])
     b._drop(con, exp.table_(THRESHOLDS, quoted=True))
     return int(con.fetch_rows(sqlglot.select(exp.Count(this=exp.Star())).from_(target))[0][0])
 
