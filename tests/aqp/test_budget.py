@@ -245,3 +245,48 @@ def test_a_strict_bound_at_a_columns_least_value_is_a_predicate(rng):
     every = eng.query("SELECT COUNT(*) AS n FROM t WHERE x >= 0")
     assert every["n"].iloc[0] == 60_000 and every["n_ci_high"].iloc[0] - every["n_ci_low"].iloc[0] < 1e-6 * 60_000
     con.close()
+
+
+def _stored_segment_bits(con, table: str, rows: int) -> dict[str, float]:
+    """Bits a row of each column segment of ``table`` takes as DuckDB stored it: the distance to the next segment
+    of its block (the last segment of each block has none and is left out; validity masks join their column)."""
+    seg = con.execute("SELECT column_name, block_id, block_offset FROM pragma_storage_info(?) WHERE block_id >= 0",
+                      [table]).df().sort_values(["block_id", "block_offset"])
+    seg["size"] = seg.groupby("block_id")["block_offset"].shift(-1) - seg["block_offset"]
+    seg = seg.dropna()
+    return (8 * seg.groupby("column_name")["size"].sum() / rows).to_dict()
+
+
+def test_the_sample_is_counted_at_no_fewer_bits_than_duckdb_stores(tmp_path, rng):
+    """The budget buys what it says: a built sample's columns (its group id in runs, its values within the outlier
+    bounds) take no more bits a row in DuckDB's storage than :func:`sample_row_bytes` counts for them, but for
+    the per-vector headers (measured: 37.6 bits stored against 37 counted for the group and three columns)."""
+    n = 200_000
+    path = str(tmp_path / "t.duckdb")
+    con = duckdb.connect(path)
+    con.register("df", pd.DataFrame({
+        "g": rng.integers(0, 12, n).astype(str),
+        "day": pd.to_datetime("2013-01-01") + pd.to_timedelta(rng.integers(0, 365, n), unit="D"),
+        "delay": np.round(rng.exponential(1.0, n) ** 3 * 20 - 10).astype(np.int32),  # heavy tail: rows set aside
+        "price": np.round(rng.uniform(1, 500, n), 2),
+        "t": rng.integers(0, 2400, n).astype(np.int32)}))
+    con.execute("CREATE TABLE t AS SELECT g, day::DATE AS day, delay, price::DECIMAL(10, 2) AS price, t FROM df")
+    con.execute("CHECKPOINT")
+    eng = Engine(con)
+    meta = eng.build("t", columns=["day", "delay", "price", "t"], group_by=["g"], budget_bytes=120_000)
+    opts = json.loads(meta["options"])
+    assert meta["outlier_rows"] > 0 and opts["outliers"][1] is not None
+    con.execute("CHECKPOINT")
+    st = store.read(eng.con, "t")
+    rule = build_mod.OutlierRule.from_json(opts["outliers"], len(st.infos))
+    rows = opts["sample_size"]
+    stored = _stored_segment_bits(con, f"densitas.sample_{meta['id']}", rows)
+    counted = {"gid": 0.0} | {f"v{j}": build_mod._value_bits(info, b) for j, (info, b)
+                              in enumerate(zip(st.infos, rule.bounds, strict=True))}
+    assert "gid" in stored and len(stored) >= 3, stored  # the group runs and at least two value columns measured
+    # the group column: its runs (GROUP_RUN_BYTES a group), not bits a row
+    assert stored["gid"] * rows / 8 <= len(st.groups) * build_mod.GROUP_RUN_BYTES * 4, stored
+    # every value on its grid (a date, integers, a decimal): counted at the bits of its range, which the stored
+    # column may pass by its per-vector headers only (a few bytes per 1,024 values)
+    assert sum(stored.values()) <= sum(counted[c] for c in stored) + 0.25 * len(stored), (stored, counted)
+    con.close()
