@@ -123,6 +123,24 @@ def test_metrics_by_hand(eng):
     assert res.worst(3)[0].err == pytest.approx(0.03)
 
 
+def test_exact_answers_are_counted_apart_from_the_coverage():
+    """A zero-width interval holding the truth is an exact answer, not a 95% interval: it leaves the coverage (and
+    its sides) to the other answers; a zero-width interval that misses is a miss; a table whose every answer is
+    exact meets the coverage goal, one with a single miss among them does not."""
+    from densitas.aqp.evaluate import Answer, TableResult
+
+    exact = Answer("t", 0, "q", "SUM", 1, None, None, 100, 50.0, 50.0, 50.0, 50.0, 50.0, 49.0, 40.0, 58.0)
+    inside = Answer("t", 1, "q", "SUM", 1, None, None, 100, 50.0, 50.0, 51.0, 49.0, 53.0, 49.0, 40.0, 58.0)
+    wrong = Answer("t", 2, "q", "SUM", 1, None, None, 100, 50.0, 50.0, 51.0, 51.0, 51.0, 49.0, 40.0, 58.0)
+    m = metrics([exact, exact, inside, wrong])
+    assert (m.answers, m.exact, m.coverage, m.miss_low, m.miss_high) == (4, 2, 0.5, 0.5, 0.0)
+    assert metrics([exact, exact, inside, wrong], peer=True).coverage == 1.0  # the peer's intervals, all of them
+    result = lambda answers: TableResult("t", "report", 1000, 0, ["x"], [], len(answers), answers, 0, 0)
+    assert result([exact, exact]).goals["coverage 90-98%"]
+    assert math.isnan(result([exact, exact]).overall.coverage)
+    assert not result([exact, exact, wrong]).goals["coverage 90-98%"]
+
+
 def test_engine_run_matches_its_answer_rows(tmp_path):
     db = str(tmp_path / "e.duckdb")
     eng = Engine(db)

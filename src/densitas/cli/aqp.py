@@ -172,7 +172,9 @@ def print_evaluation(res, worst: int = 5) -> None:
     console.print(f"\n[bold]{res.table}[/] ({res.role}): {res.rows:,} rows, seed {res.seed}; {size}peer: 1% row "
                   f"sample of {res.peer_rows:,} rows; {res.queries} queries, {len(res.answers)} answers scored "
                   f"({res.unscored} groups under 1% of the table unscored, {res.failed} queries failed); median "
-                  f"latency {res.median_ms:.2f} ms")
+                  f"latency {res.median_ms:.2f} ms"
+                  + (f"; {res.overall.exact} answers exact (zero-width intervals holding the truth: the coverage is "
+                     "of the others)" if res.overall.exact else ""))
     t = Table(title=f"{res.table}: densitas | the 1% row sample. Relative error mean and p95; 95% interval: coverage, "
                     "truth below (<lo) and above (>hi) it, half-width relative to the truth (±hw)",
               box=box.SIMPLE_HEAD)
@@ -212,7 +214,8 @@ def print_evaluation_summary(results, seed: int) -> None:
     for r in results:
         m, p = r.overall, r.peer
         missed = [k for k, ok in r.goals.items() if not ok]
-        t.add_row(r.table, r.role, f"{r.rows:,}", str(m.answers), _pct(m.mean), _pct(m.p95), _pct(m.coverage),
+        cov = "exact" if m.answers and m.exact == m.answers else _pct(m.coverage)
+        t.add_row(r.table, r.role, f"{r.rows:,}", str(m.answers), _pct(m.mean), _pct(m.p95), cov,
                   _pct(m.miss_low), _pct(m.miss_high), _pct(p.mean), _pct(p.p95), _pct(p.coverage),
                   "[green]met[/]" if r.meets_goals else "[red]missed:[/] " + ", ".join(missed))
     console.print(t)
