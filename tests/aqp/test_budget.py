@@ -257,10 +257,11 @@ def _stored_segment_bits(con, table: str, rows: int) -> dict[str, float]:
     return (8 * seg.groupby("column_name")["size"].sum() / rows).to_dict()
 
 
-def test_the_sample_is_counted_at_no_fewer_bits_than_duckdb_stores(tmp_path, rng):
+def test_the_sample_is_counted_at_the_bits_duckdb_stores(tmp_path, rng):
     """The budget buys what it says: a built sample's columns (its group id in runs, its values within the outlier
     bounds) take no more bits a row in DuckDB's storage than :func:`sample_row_bytes` counts for them, but for
-    the per-vector headers (measured: 37.6 bits stored against 37 counted for the group and three columns)."""
+    the per-vector headers (measured: 37.6 bits stored against 37 counted for the group and three columns); and
+    the build counts its size with those costs."""
     n = 200_000
     path = str(tmp_path / "t.duckdb")
     con = duckdb.connect(path)
@@ -283,9 +284,13 @@ def test_the_sample_is_counted_at_no_fewer_bits_than_duckdb_stores(tmp_path, rng
     stored = _stored_segment_bits(con, f"densitas.sample_{meta['id']}", rows)
     counted = {"gid": 0.0} | {f"v{j}": build_mod._value_bits(info, b) for j, (info, b)
                               in enumerate(zip(st.infos, rule.bounds, strict=True))}
+    costs = build_mod.row_costs(st.infos, len(st.groups), n, build_mod.BuildOptions(), rule)
+    assert costs.sample < build_mod.row_costs(st.infos, len(st.groups), n, build_mod.BuildOptions()).sample
+    tables = store.SynopsisTables.of(meta["id"], st.infos, [("g", "VARCHAR")])
+    assert meta["size_bytes"] == build_mod.synopsis_bytes(eng.con, tables, rows, costs)  # as the build counted
     assert "gid" in stored and len(stored) >= 3, stored  # the group runs and at least two value columns measured
     # the group column: its runs (GROUP_RUN_BYTES a group), not bits a row
-    assert stored["gid"] * rows / 8 <= len(st.groups) * build_mod.GROUP_RUN_BYTES * 4, stored
+    assert stored["gid"] * rows / 8 <= len(st.groups) * build_mod.GROUP_RUN_BYTES, stored
     # every value on its grid (a date, integers, a decimal): counted at the bits of its range, which the stored
     # column may pass by its per-vector headers only (a few bytes per 1,024 values)
     assert sum(stored.values()) <= sum(counted[c] for c in stored) + 0.25 * len(stored), (stored, counted)

@@ -124,21 +124,44 @@ def test_metrics_by_hand(eng):
 
 
 def test_exact_answers_are_counted_apart_from_the_coverage():
-    """A zero-width interval holding the truth is an exact answer, not a 95% interval: it leaves the coverage (and
-    its sides) to the other answers; a zero-width interval that misses is a miss; a table whose every answer is
-    exact meets the coverage goal, one with a single miss among them does not."""
+    """An interval holding the truth and no wider than the engine's rounding allowance is an exact answer, not a
+    95% interval: it leaves the coverage (and its sides) to the other answers; a narrow interval that misses is a
+    miss; the peer's intervals are all scored; a table whose every answer is exact meets the coverage goal, one
+    with a single miss among them, or with no answers, does not."""
+    from densitas.aqp.engine import ROUNDING
     from densitas.aqp.evaluate import Answer, TableResult
 
-    exact = Answer("t", 0, "q", "SUM", 1, None, None, 100, 50.0, 50.0, 50.0, 50.0, 50.0, 49.0, 40.0, 58.0)
+    half = ROUNDING * 50.0  # the engine's interval around an exact estimate of 50
+    exact = Answer("t", 0, "q", "SUM", 1, None, None, 100, 50.0, 50.0, 50.0, 50.0 - half, 50.0 + half, 49.0, 40.0,
+                   58.0)
     inside = Answer("t", 1, "q", "SUM", 1, None, None, 100, 50.0, 50.0, 51.0, 49.0, 53.0, 49.0, 40.0, 58.0)
-    wrong = Answer("t", 2, "q", "SUM", 1, None, None, 100, 50.0, 50.0, 51.0, 51.0, 51.0, 49.0, 40.0, 58.0)
+    wrong = Answer("t", 2, "q", "SUM", 1, None, None, 100, 50.0, 50.0, 51.0, 51.0 - half, 51.0 + half, 49.0, 40.0,
+                   58.0)
+    assert exact.exact and not inside.exact and not wrong.exact
     m = metrics([exact, exact, inside, wrong])
     assert (m.answers, m.exact, m.coverage, m.miss_low, m.miss_high) == (4, 2, 0.5, 0.5, 0.0)
-    assert metrics([exact, exact, inside, wrong], peer=True).coverage == 1.0  # the peer's intervals, all of them
+    peer_miss = Answer("t", 3, "q", "SUM", 1, None, None, 100, 50.0, 50.0, 50.0, 50.0 - half, 50.0 + half, 60.0,
+                       55.0, 65.0)
+    assert metrics([exact, peer_miss], peer=True).coverage == 0.5  # the peer's intervals, every one of them
     result = lambda answers: TableResult("t", "report", 1000, 0, ["x"], [], len(answers), answers, 0, 0)
     assert result([exact, exact]).goals["coverage 90-98%"]
     assert math.isnan(result([exact, exact]).overall.coverage)
     assert not result([exact, exact, wrong]).goals["coverage 90-98%"]
+    assert not result([]).goals["coverage 90-98%"]
+
+
+def test_a_table_the_grids_answer_exactly_meets_the_coverage_goal(tmp_path):
+    """End to end: every predicate and aggregated column discrete with its full grids, so every answer is exact
+    through the engine (its intervals widened for rounding) and the evaluation counts them so."""
+    con = duckdb.connect(str(tmp_path / "d.duckdb"))
+    con.execute("CREATE TABLE t AS SELECT (i % 7)::INTEGER AS a, ((i * 13) % 5)::INTEGER AS b, "
+                "['p', 'q'][1 + (i % 2)::INTEGER] AS g FROM range(50000) r(i)")
+    con.close()
+    eng = Engine(str(tmp_path / "d.duckdb"))
+    res = evaluate_table(eng, "t", ["a", "b"], ["g"], queries=20, seed=3)
+    m = res.overall
+    assert m.answers > 0 and m.exact == m.answers, (m, [a for a in res.answers if not a.exact][:3])
+    assert res.goals["coverage 90-98%"]
 
 
 def test_engine_run_matches_its_answer_rows(tmp_path):

@@ -4,6 +4,7 @@ a fresh build; deletes, updates and rows the synopsis has no bins for are rebuil
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -57,9 +58,10 @@ def test_a_merged_synopsis_counts_every_row(any_engine):
 
     tables = store.SynopsisTables.of(meta["id"], st.infos, [("g", "VARCHAR")])
     rows = store.count_rows(any_engine.con, tables.table("sample"))
+    rule = b.OutlierRule.from_json(json.loads(meta["options"]).get("outliers"), len(st.infos))
     assert meta["size_bytes"] == b.synopsis_bytes(any_engine.con, tables, rows,
-                                                  b.RowCosts.compact(st.infos, len(groups), 10000,
-                                                                     b.BuildOptions(max_bins=40)))
+                                                  b.row_costs(st.infos, len(groups), 10000,
+                                                              b.BuildOptions(max_bins=40), rule))
     assert meta["size_bytes"] < store.stored_bytes(any_engine.con, tables, *store.KINDS[:4], "edges", "groups")
     for j, info in enumerate(st.infos):
         v = frame[info.name].to_numpy(dtype=float)

@@ -32,6 +32,9 @@ __all__ = ["Engine"]
 FALLBACKS = ("error", "exact")
 METHODS = ("grid", "kde")
 MAX_ROWS = 100_000  # default bound on the rows of an exact answer
+# each interval is widened by this share of its estimate on either side: the float rounding of the stored sums
+# (the database sums decimals exactly), so that an answer the grids hold exactly still holds the database's
+ROUNDING = 1e-9
 SYNOPSES_COLUMNS = ["table_name", "rows", "size_bytes", "table_bytes", "build_seconds", "created_at", "columns",
                     "group_by"]
 
@@ -378,7 +381,7 @@ class Engine:
             sd = np.sqrt(np.where(np.isnan(var), np.inf, np.maximum(var, 0.0)))
             with np.errstate(invalid="ignore"):
                 # plus float rounding of the stored sums (the database sums decimals exactly)
-                half = z * sd + 1e-9 * np.abs(np.nan_to_num(val))
+                half = z * sd + ROUNDING * np.abs(np.nan_to_num(val))
                 low, high = val - half, val + half
             if r["func"] == "count":
                 val, low, high = np.maximum(val, 0.0), np.maximum(low, 0.0), np.maximum(high, 0.0)

@@ -23,7 +23,8 @@ synopsis sample and peer sample are the same whichever other tables run beside i
 
 Per answer the interval is scored from both sides (``miss_low``: the truth lies below the interval, the
 estimate is too high; ``miss_high``: above it) and by its half-width relative to ``scale``. An *exact* answer
-(a zero-width interval holding the truth: the synopsis' grids hold it) is counted apart (:attr:`Metrics.exact`):
+(an interval holding the truth and no wider than the engine's allowance for float rounding: the synopsis'
+grids hold it) is counted apart (:attr:`Metrics.exact`):
 it is no 95% interval, and its certain coverage would read as intervals too wide; the coverage is that of the
 other answers (a zero-width interval that misses the truth is one of them, and a miss). :class:`Metrics`
 summarise a set of answers; :class:`TableResult` holds the answers and the metrics overall, per aggregate and
@@ -50,7 +51,7 @@ import numpy as np
 import pandas as pd
 
 from densitas.aqp.connector import Connector, quote, table_ref
-from densitas.aqp.engine import Engine
+from densitas.aqp.engine import ROUNDING, Engine
 from densitas.aqp.sql import named_as, table_key
 from densitas.exceptions import DensitasError, InputError
 
@@ -115,8 +116,9 @@ class Answer:
 
     @property
     def exact(self) -> bool:
-        """A zero-width interval (to round-off) that holds the truth: an answer the grids hold exactly."""
-        return self.covered and self.hi - self.lo <= 1e-9 * self.scale and self.err <= 1e-9
+        """An interval that holds the truth and is no wider than the engine's allowance for float rounding
+        (:data:`~densitas.aqp.engine.ROUNDING` of the estimate each side): an answer the grids hold exactly."""
+        return self.covered and self.hi - self.lo <= 4 * ROUNDING * max(abs(self.est), self.scale)
 
     @property
     def miss_low(self) -> bool:
@@ -155,7 +157,7 @@ class Answer:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["key"] = None if self.key is None else str(self.key)
-        for name in ("err", "covered", "miss_low", "miss_high", "half_width", "peer_err", "peer_covered",
+        for name in ("err", "covered", "exact", "miss_low", "miss_high", "half_width", "peer_err", "peer_covered",
                      "peer_miss_low", "peer_miss_high", "peer_half_width"):
             d[name] = getattr(self, name)
         return d
@@ -171,7 +173,7 @@ class Metrics:
     coverage: float  # share of 95% intervals holding the truth
     miss_low: float  # share with the truth below the interval
     miss_high: float  # share with the truth above the interval
-    half_width: float  # mean interval half-width relative to the truth (its scale)
+    half_width: float  # mean interval half-width relative to the truth (its scale), exact answers' (0) included
     exact: int = 0  # answers exact (Answer.exact): not in coverage, miss_low, miss_high (NaN when all are)
 
 
@@ -235,8 +237,8 @@ class TableResult:
         """Issue 10's goals, each met or not."""
         m, p = self.overall, self.peer
         return {"mean <= 1%": m.mean <= GOALS["mean"], "p95 <= 5%": m.p95 <= GOALS["p95"],
-                "coverage 90-98%": m.exact == m.answers
-                or GOALS["coverage_low"] <= m.coverage <= GOALS["coverage_high"],
+                "coverage 90-98%": m.answers > 0 and (m.exact == m.answers
+                                                      or GOALS["coverage_low"] <= m.coverage <= GOALS["coverage_high"]),
                 "mean <= peer/2": m.mean <= GOALS["peer_ratio"] * p.mean}
 
     @property

@@ -521,7 +521,7 @@ def build_parquet(con: Connector, name: str, files: str | Sequence[str], columns
     chosen = b.choose_pair_resolutions(merged.finest, info["bins"], plan.candidates, opts,
                                        budget - info["sample_bytes"] - used)
     used += sum(len(cells[0]) for _, _, cells in chosen) * tables.pairs.row_bytes
-    used += len(merged.outliers) * tables.sample.row_bytes  # a row set aside costs a sample row (as a build)
+    used += len(merged.outliers) * tables.sample.row_bytes  # a row set aside: a sample row at its nominal width
     gsizes = merged.groups["n"].to_numpy(dtype=np.int64)
     n_sample = b.sample_target(opts, budget, used, k, merged.rows)
     quota = b.sample_quotas(gsizes, n_sample, bool(opts.sample_size))
