@@ -144,6 +144,10 @@ def test_compact_grid_costs_count_each_field_at_its_bits():
     assert costs.outliers == build_mod.aside_row_bytes([day, delay], n_groups=35)
     nominal = build_mod.RowCosts.nominal([day, delay])
     assert (nominal.marg, nominal.sums, nominal.pairs, nominal.sample) == (18, 2 + 2 + 2 + 4 + 8 + 4, 12, 2 + 16)
+    # a group pays its run in the sample's group column only where a sample row does not count its own group id
+    assert costs.group_run == build_mod.GROUP_RUN_BYTES and nominal.group_run == 0
+    wide = build_mod.row_costs([day, delay], 35, 336_776, build_mod.BuildOptions(compact_sample=False))
+    assert (wide.sample, wide.group_run) == (nominal.sample, 0)
 
 
 def _field_bits(values: np.ndarray) -> int:

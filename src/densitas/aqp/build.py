@@ -254,8 +254,8 @@ def fingerprint_sql(table: str, columns: Sequence[str]) -> str:
 
 MARG_CELL_BYTES = marg_layout().row_bytes  # col, gid, bin, n, s
 EDGE_BYTES = edges_layout().row_bytes  # col, bin, lo, vmin, vmax
-# the sample is stored in group order: its group column is one run a group (a SMALLINT value and a run length;
-# DuckDB's RLE segments measured 4.3 bytes a run on flights, 4.9 on a generated table of 12 groups)
+#: the sample is stored in group order: its group column is one run a group (a SMALLINT value and a run length;
+#: DuckDB's RLE segments measured 4.3 bytes a run on flights, 4.9 on a generated table of 12 groups)
 GROUP_RUN_BYTES = 8
 PAIR_CELL_BYTES = pairs_layout().row_bytes  # pair, gid, c0, c1, n
 # tables with more rows take their quantile edges from a seeded hash sample of about this many rows
@@ -1267,6 +1267,7 @@ class RowCosts:
     pairs: float
     sample: float
     aside: float | None = None  # a row set aside whole (aside_row_bytes); None: a sample row's cost
+    group_run: float = GROUP_RUN_BYTES  # a group's run in the sample's group column; 0 where a row counts its gid
 
     @property
     def outliers(self) -> float:
@@ -1279,7 +1280,7 @@ class RowCosts:
         numeric = [j for j, info in enumerate(infos) if info.numeric]
         nullable = [j for j in numeric if infos[j].nullable]
         return cls(marg=MARG_CELL_BYTES, sums=sums_layout(numeric, nullable).row_bytes, pairs=PAIR_CELL_BYTES,
-                   sample=sample_layout(len(infos)).row_bytes)
+                   sample=sample_layout(len(infos)).row_bytes, group_run=0.0)
 
     @classmethod
     def compact(cls, infos: Sequence[ColumnInfo], n_groups: int, n_rows: int, opts: BuildOptions) -> RowCosts:
@@ -1323,7 +1324,7 @@ class RowCosts:
     def _row_bytes(self, tables: SynopsisTables, kind: str) -> float:
         """One row of the synopsis table ``kind``: a group's row also pays its run in the sample's group column."""
         if kind == "groups":
-            return tables.groups.row_bytes + GROUP_RUN_BYTES
+            return tables.groups.row_bytes + self.group_run
         return tables.edges.row_bytes if kind == "edges" else getattr(self, kind)
 
 
@@ -1344,8 +1345,8 @@ def row_costs(infos: Sequence[ColumnInfo], n_groups: int, n_rows: int, opts: Bui
     """
     nominal = RowCosts.nominal(infos)
     costs = RowCosts.compact(infos, n_groups, n_rows, opts) if opts.compact_grids else nominal
-    if not opts.compact_sample:
-        return dataclasses.replace(costs, sample=nominal.sample, aside=None)
+    if not opts.compact_sample:  # a sample row at its nominal width holds its group id
+        return dataclasses.replace(costs, sample=nominal.sample, aside=None, group_run=0.0)
     return dataclasses.replace(costs, sample=sample_row_bytes(infos, rule), aside=aside_row_bytes(infos, n_groups))
 
 

@@ -32,8 +32,8 @@ __all__ = ["Engine"]
 FALLBACKS = ("error", "exact")
 METHODS = ("grid", "kde")
 MAX_ROWS = 100_000  # default bound on the rows of an exact answer
-# each interval is widened by this share of its estimate on either side: the float rounding of the stored sums
-# (the database sums decimals exactly), so that an answer the grids hold exactly still holds the database's
+#: each interval is widened by this share of its estimate on either side: the float rounding of the stored sums
+#: (the database sums decimals exactly), so that an answer the grids hold exactly still holds the database's
 ROUNDING = 1e-9
 SYNOPSES_COLUMNS = ["table_name", "rows", "size_bytes", "table_bytes", "build_seconds", "created_at", "columns",
                     "group_by"]

@@ -116,8 +116,17 @@ class Answer:
 
     @property
     def exact(self) -> bool:
-        """An interval that holds the truth and is no wider than the engine's allowance for float rounding
-        (:data:`~densitas.aqp.engine.ROUNDING` of the estimate each side): an answer the grids hold exactly."""
+        """An interval that holds the truth and is at most ``4 · ROUNDING · max(|est|, scale)`` wide, twice the
+        engine's float-rounding widening (:data:`~densitas.aqp.engine.ROUNDING` of the estimate each side): an
+        answer the grids hold exactly.
+
+        Examples
+        --------
+        >>> a = Answer("t", 0, "q", "SUM", 1, None, None, 10, 50.0, 50.0, 50.0, 50.0 - 5e-8, 50.0 + 5e-8,
+        ...            49.0, 40.0, 58.0)
+        >>> a.exact, dataclasses.replace(a, lo=49.0, hi=51.0).exact
+        (True, False)
+        """
         return self.covered and self.hi - self.lo <= 4 * ROUNDING * max(abs(self.est), self.scale)
 
     @property
