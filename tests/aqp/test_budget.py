@@ -51,10 +51,15 @@ def _table(con, rng, n):
     return df
 
 
-def test_compact_sample_holds_more_rows_within_the_budget(rng):
+def _engine_on_table(rng, n: int = 60_000) -> tuple[duckdb.DuckDBPyConnection, Engine]:
+    """An in-memory database holding :func:`_table`'s ``t`` of ``n`` rows, and an engine on it."""
     con = duckdb.connect()
-    _table(con, rng, 60_000)
-    eng = Engine(con)
+    _table(con, rng, n)
+    return con, Engine(con)
+
+
+def test_compact_sample_holds_more_rows_within_the_budget(rng):
+    con, eng = _engine_on_table(rng)
     budget = 150_000
     rows = {}
     for compact in (False, True):
@@ -69,9 +74,7 @@ def test_compact_sample_holds_more_rows_within_the_budget(rng):
 
 
 def test_a_capped_sample_hands_its_unused_share_to_the_histograms_and_grids(rng):
-    con = duckdb.connect()
-    _table(con, rng, 60_000)
-    eng = Engine(con)
+    con, eng = _engine_on_table(rng)
     budget = 150_000
     got = {}
     for cap in (10**6, 2_000):  # the sample takes its whole share (~13,000 rows) / a sixth of it

@@ -172,6 +172,7 @@ class _Rows:
         self.ends: dict[int, _Ends | None] = {}  # per predicate column, its bins' ends in the box (Synopsis._shares)
         self.end_rows: dict[int, tuple | None] = {}  # per predicate column, Synopsis._end_rows
         self.inside = np.ones(len(idx), dtype=bool)  # whether the row is in the query's box (set by the caller)
+        self.match: dict[int, np.ndarray] = {}  # per predicate column, whether the row meets its condition
 
     def position(self, sample_rows: np.ndarray) -> np.ndarray:
         """The positions among these rows (``idx`` is sorted) of those of the sample's rows ``sample_rows`` that
@@ -205,10 +206,14 @@ class _Rows:
         column's one index of the rows' (group, fine bin)."""
         if cells is not None:
             table = table.take(cells, axis=1)
+        return table.take(self.cells(j), out=out, mode="clip")  # in range by construction; "raise" buffers ``out``
+
+    def cells(self, j: int) -> np.ndarray:
+        """(m,): each row's flat (group, fine bin of column ``j``) index into a (G, B_j + 1) table."""
         flat = self._flat.get(j)
         if flat is None:
             flat = self._flat[j] = self._cell_index(j).take(self.idx)
-        return table.take(flat, out=out, mode="clip")  # in range by construction; "raise" buffers ``out``
+        return flat
 
     def key_values(self, key: tuple[str, int | None]) -> np.ndarray:
         """(m,): what ``key`` sums on each row before the box (:meth:`Synopsis._sample_values`)."""
@@ -484,11 +489,11 @@ class Synopsis:
         self._ends_cache[j] = got
         return got
 
-    def _unseen(self, u: int, ivals: list, rows: _Rows | None) -> np.ndarray:
+    def _unseen(self, u: int, rows: _Rows | None) -> np.ndarray:
         """(G, B_u + 1): 1 where the placement term of a fine bin of ``u`` counts in a group, 0 where the sample
         sees the bin well enough for the residuals to hold its error: at least :data:`SEEN_ROWS` of the group's
         sample rows lie in it, at least :data:`SEEN_SIDE` of them inside the query's whole box and as many beyond
-        the cut ``ivals`` (the rule of thumb for a binomial's normal approximation, ``np`` and ``n(1 − p)`` at
+        ``u``'s cut (``rows.match``; the rule of thumb for a binomial's normal approximation, ``np`` and ``n(1 − p)`` at
         least 5: a bound that keeps one row in 100 of a group's bin, or drops one in 400, leaves no sampled row on
         that side, a residual variance of 0 and an answer that row off inside a zero-width interval). Bins cut at
         an end only keep the term in groups not sampled whole when the synopsis has several groups: their rows'
@@ -497,9 +502,9 @@ class Synopsis:
         G, B1 = self.fine[u].shape
         if rows is None:
             return np.ones((G, B1))
-        cell = rows.gid * B1 + rows.bins(u)
+        cell = rows.cells(u)
         m = np.bincount(cell, minlength=G * B1).reshape(G, B1)
-        kept = self._row_match(u, ivals, rows.vals(u))
+        kept = rows.match[u]
         m_in = np.bincount(cell, kept & rows.inside, minlength=G * B1).reshape(G, B1)  # inside the whole box
         m_out = m - np.bincount(cell, kept, minlength=G * B1).reshape(G, B1)  # on the far side of u's cut
         seen = (m >= SEEN_ROWS) & (m_in >= SEEN_SIDE) & (m_out >= SEEN_SIDE)
@@ -962,7 +967,7 @@ class Synopsis:
         rows = _Rows(idx, self.s_gid[idx], self._vals_by_col, self._bins_by_col, self._cell_index,
                      self._centre_of)
         for u in S:
-            match = self._row_match(u, box[u], rows.vals(u))
+            match = rows.match[u] = self._row_match(u, box[u], rows.vals(u))
             rows.inside = match if u == S[0] else rows.inside & match
         return rows
 
@@ -1234,7 +1239,7 @@ class Synopsis:
                     bern = bern.copy()
                     bern[1:] = np.where(parts.known, inner, bern[1:])
                 # which groups' sample sees the cut bins; no cut bin, nothing to weigh (no Bernoulli or slope part)
-                unseen = self._unseen(u, box[u], rows) if np.any((ph > 0) & (ph < 1)) else None
+                unseen = self._unseen(u, rows) if np.any((ph > 0) & (ph < 1)) else None
                 num = (w * (bern if unseen is None else bern * unseen)).sum(axis=1) + self._slope_var(u, box[u], unseen)
                 den = (w * ph).sum(axis=1)
                 rv += np.where(den > 0, num / np.where(den > 0, den, 1) ** 2, 0.0)
