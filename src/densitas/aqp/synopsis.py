@@ -413,6 +413,46 @@ class Synopsis:
         ends = np.array([info.lo, info.hi])
         return any(_accepts(ends, *iv).all() for iv in ivals)
 
+    def _whole_or_none(self, j: int, ivals: list) -> tuple[np.ndarray, np.ndarray] | None:
+        """Per group, whether the condition on ``j`` keeps every one of the rows the grids and the sample describe
+        (``all``) or none of them (``none``); None where the bins' occupied ranges are not stored.
+
+        Decided per fine bin on the values its rows hold (``occupied_min``, ``occupied_max``): a bin whose least
+        and greatest values both satisfy one interval has every row in, one no interval reaches has every row out.
+        A column a group determines (``age_group_start`` under a group ``age_group``) or a bound beyond the rows
+        kept in the grids (``population < 358913033`` where only rows set aside whole lie above) cuts no group's
+        rows in part: it is then no predicate for the model (:meth:`_predicate_columns`). The rows set aside
+        whole are not decided here: they meet the whole box row by row (:meth:`_outlier_totals`)."""
+        info = self.infos[j]
+        vmin, vmax = info.occupied_min, info.occupied_max
+        if len(vmin) != info.bins or len(vmax) != info.bins:
+            return None
+        known = np.isfinite(vmin) & np.isfinite(vmax)
+        inside = np.zeros(info.bins, dtype=bool)
+        reached = np.zeros(info.bins, dtype=bool)
+        for lo, loi, hi, hii in ivals:
+            inside |= _accepts(vmin, lo, loi, hi, hii) & _accepts(vmax, lo, loi, hi, hii)
+            reached |= ((lo < vmax) | ((lo == vmax) & loi)) & ((hi > vmin) | ((hi == vmin) & hii))
+        held = self.fine[j] > 0  # (G, B + 1): bin 0 holds the NULLs, which no condition keeps
+        every = ~held[:, 0] & ~(held[:, 1:] & ~(known & inside)).any(axis=1)
+        none = ~(held[:, 1:] & ~(known & ~reached)).any(axis=1)
+        return every, none
+
+    def _predicate_columns(self, box: dict) -> tuple[tuple[int, ...], np.ndarray]:
+        """The columns whose conditions cut some group's rows in part, in column order, and per group whether a
+        condition on another column keeps none of its rows (:meth:`_whole_or_none`): the model and the fit see
+        only the former, and the latter groups' grid totals are 0."""
+        cols, empty = [], np.zeros(len(self.N), dtype=bool)
+        for u in sorted(box):
+            if self._keeps_every_row(u, box[u]):
+                continue
+            states = self._whole_or_none(u, box[u])
+            if states is not None and (states[0] | states[1]).all():
+                empty |= states[1]
+                continue
+            cols.append(u)
+        return tuple(cols), empty
+
     def _fractions(self, j: int, ivals: list) -> np.ndarray:
         """(B_j + 1,): the share of each fine bin's rows that satisfy the condition (bin 0, NULL, never)."""
         return self._shares(j, ivals)[0]
@@ -585,7 +625,7 @@ class Synopsis:
             if g not in self.group_by:
                 raise UnsupportedQueryError(self._missing(g, "GROUP BY"))
         box, gmask = self._box(q)
-        cols = tuple(u for u in sorted(box) if not self._keeps_every_row(u, box[u]))
+        cols, empty = self._predicate_columns(box)
         needs = []
         for a in q.aggregates:
             if a.column is None:
@@ -601,6 +641,8 @@ class Synopsis:
             needs += [nn] if a.func == "count" else [("s" if a.func == "sum" else "d", j), nn]
         keys = list(dict.fromkeys([("n", None), *needs]))  # row counts always: empty groups are dropped
         est, var_fn, support = (self._grid if method == "grid" else self._kde)(cols, box, keys)
+        if empty.any():  # a condition keeps none of these groups' rows: their grid totals are 0, surely
+            est, var_fn, support = _without(empty, est, var_fn, support)
         if len(self.o_gid):
             est = est + self._outlier_totals(box, keys)  # exact: no variance
 
@@ -1027,8 +1069,8 @@ class Synopsis:
         (:data:`MIN_SUPPORT`), which the engine reports in ``df.attrs["warnings"]``.
         """
         box, _ = self._box(q)
-        S = [u for u in sorted(box) if not self._keeps_every_row(u, box[u])]  # as estimate() reads the box
-        return self._support(self._rows(S, box, None) if S else None)
+        S, empty = self._predicate_columns(box)  # as estimate() reads the box
+        return np.where(empty, np.inf, self._support(self._rows(list(S), box, None) if S else None))
 
     def _support(self, rows: _Rows | None) -> np.ndarray:
         """(G,): :meth:`support` from the query's sample rows (None: the query has no predicate)."""
@@ -1311,6 +1353,17 @@ class Synopsis:
             return out
 
         return est, var_fn, np.full(G, np.inf)
+
+
+def _without(empty: np.ndarray, est: np.ndarray, var_fn, support: np.ndarray):
+    """The estimate, variance function and support with the groups ``empty`` answered 0 exactly (no variance, not
+    resting on the sample)."""
+    est = np.where(empty[:, None], 0.0, est)
+
+    def var_of(gids, ks, ws):
+        return np.where(empty[gids], 0.0, var_fn(gids, ks, ws))
+
+    return est, var_of, np.where(empty, np.inf, support)
 
 
 def _least_cut_first(S: list[int], fine: dict, phis: dict) -> list[int]:
