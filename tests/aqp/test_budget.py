@@ -302,3 +302,26 @@ def test_the_sample_is_counted_at_the_bits_duckdb_stores(tmp_path, rng):
     # column may pass by its per-vector headers only (a few bytes per 1,024 values)
     assert sum(stored.values()) <= sum(counted[c] for c in stored) + 0.25 * len(stored), (stored, counted)
     con.close()
+
+
+def test_sum_grids_spend_their_share_evenly(rng):
+    """The sum grids' cells (:func:`~densitas.aqp.build.sum_grid_resolutions`) fill their share to within a cell a
+    column: columns with few fine bins whole, the others alike; never more cells than a column has fine bins, nor
+    more than the share (where no column is held at the floor)."""
+    opts = build_mod.BuildOptions()
+    for _ in range(200):
+        bins = rng.integers(2, 400, rng.integers(1, 7)).tolist()
+        plan = build_mod.Plan(budget=int(rng.integers(50_000, 2_000_000)), n_groups=int(rng.integers(1, 60)),
+                              bins=bins, costs=build_mod.RowCosts(8.0, 20.0, 4.0, 8.0))
+        cells = plan.share_bytes(opts, 2) / (plan.n_groups * 20.0)
+        res = build_mod.sum_grid_resolutions([], plan, opts, 20.0)
+        case = f"{bins} in {cells:.1f} cells -> {res}"
+        assert all(1 <= x <= b for x, b in zip(res, bins, strict=True)), case
+        cut = [x for x, b in zip(res, bins, strict=True) if x < b]
+        if any(x == build_mod.MIN_SUM_RES for x in cut):
+            continue  # the floor: over the share by design
+        assert sum(res) <= cells + 1e-9, case
+        if cut:
+            assert sum(res) > cells - len(bins), case  # nothing left unused but the rounding
+            assert max(cut) - min(cut) <= 1, case      # the columns cut share alike
+            assert all(b <= max(cut) + 1 for x, b in zip(res, bins, strict=True) if x == b), case  # whole: small ones

@@ -982,6 +982,10 @@ def edges_frame(infos: Sequence[ColumnInfo], occ: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+#: the coarsest sum grid a column gets, whatever the budget: a cut through a cell of it is fitted from the sample
+MIN_SUM_RES = 4
+
+
 def write_sum_grids(con: Connector, tables: SynopsisTables, binned: Binned, infos: list[ColumnInfo], plan: Plan,
                     opts: BuildOptions) -> list[int]:
     """Per column, per (group, cell of the column's sum grid), the row count and every numeric column's sum and
@@ -1003,14 +1007,36 @@ def write_sum_grids(con: Connector, tables: SynopsisTables, binned: Binned, info
 
 
 def sum_grid_resolutions(infos: list[ColumnInfo], plan: Plan, opts: BuildOptions, row_bytes: float) -> list[int]:
-    """Each column's sum grid resolution: the finest whose dense size fits the sum grids' share of the budget
-    (:meth:`Plan.share_bytes`)."""
-    per_col = plan.share_bytes(opts, 2) / (len(infos) * plan.n_groups * row_bytes)
-    sum_res = []
-    for j in range(len(infos)):
-        levels = _levels(plan.bins[j], 4096)
-        sum_res.append(max([r for r in levels if r <= per_col], default=levels[0]))
-    return sum_res
+    """Each column's sum grid resolution: the sum grids' share of the budget (:meth:`Plan.share_bytes`) in cells
+    per group, split evenly among the columns. A column with no more fine bins than its part takes them all (full
+    resolution: its cuts are exact) and hands the rest to the others; the others take their part whole, cells
+    being runs of fine bins at any resolution (:func:`~densitas.aqp.store.cell_map`), at least
+    :data:`MIN_SUM_RES` (or the column's fine bins, when fewer).
+
+    Examples
+    --------
+    >>> plan = Plan(budget=100_000, n_groups=1, bins=[5, 300, 40], costs=RowCosts(1.0, 40.0, 1.0, 8.0))
+    >>> round(plan.share_bytes(BuildOptions(), 2) / 40.0)     # cells a group for the three columns
+    250
+    >>> sum_grid_resolutions([], plan, BuildOptions(), 40.0)  # 5 and 40 whole, the rest to the second
+    [5, 205, 40]
+    """
+    bins = list(plan.bins)
+    cells = plan.share_bytes(opts, 2) / (plan.n_groups * row_bytes)
+    res = [0] * len(bins)
+    left = list(range(len(bins)))
+    while left:  # full resolution where it fits, the slack handed on, until no column left fits whole
+        per = cells / len(left)
+        whole = [j for j in left if bins[j] <= per]
+        if not whole:
+            break
+        for j in whole:
+            res[j] = bins[j]
+            cells -= bins[j]
+        left = [j for j in left if j not in whole]
+    for j in left:
+        res[j] = min(bins[j], max(MIN_SUM_RES, int(cells / len(left))))
+    return res
 
 
 def probe_dependence(con: Connector, binned: Binned, plan: Plan, grids: dict | None = None
