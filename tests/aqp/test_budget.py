@@ -8,10 +8,12 @@ import math
 import duckdb
 import numpy as np
 import pandas as pd
+import pytest
 
 from densitas.aqp import Engine, store
 from densitas.aqp import build as build_mod
 from densitas.aqp.columns import ColumnInfo
+from densitas.aqp.sql import parse
 
 
 def test_sample_row_bytes_counts_bits_on_the_value_grid():
@@ -19,11 +21,15 @@ def test_sample_row_bytes_counts_bits_on_the_value_grid():
     dec = ColumnInfo("d", "DECIMAL(12,2)", "decimal", 0.01, lo=0.0, hi=100.0, distinct=5000,
                      nullable=True)  # 10,001 points: 14 bits, + 1 for NULLs
     small = ColumnInfo("s", "DOUBLE", "float", 0.0, lo=0.0, hi=0.1, distinct=11, discrete=True)  # 12 codes: 4
-    dbl = ColumnInfo("x", "DOUBLE", "float", 0.0, lo=0.0, hi=1.0, distinct=10**6)  # a full DOUBLE: 64
-    bits = 10 + 15 + 4 + 64  # no group id: the sample is stored in group order, a run a group
+    # a DOUBLE of full precision, stored in the sample at 7 decimals (its range 1 times 2^-20 is 9.5e-7: steps
+    # of 1e-7, sample_decimals), 10^7 + 1 points: 24 bits, + 1 for ALP's frame
+    dbl = ColumnInfo("x", "DOUBLE", "float", 0.0, lo=0.0, hi=1.0, distinct=10**6)
+    assert build_mod.sample_decimals([ints, dec, small, dbl]) == [None, None, None, 7]
+    bits = 10 + 15 + 4 + 25  # no group id: the sample is stored in group order, a run a group
     assert build_mod.sample_row_bytes([ints, dec, small, dbl]) == math.ceil(bits) / 8
-    # a row set aside whole: the same values and a group id among 5 groups
-    assert build_mod.aside_row_bytes([ints, dec, small, dbl], n_groups=5) == math.ceil(bits + math.log2(5)) / 8
+    # a row set aside whole: its exact values (the DOUBLE's 64 bits) and a group id among 5 groups
+    whole = 10 + 15 + 4 + 64
+    assert build_mod.aside_row_bytes([ints, dec, small, dbl], n_groups=5) == math.ceil(whole + math.log2(5)) / 8
     # never below one bit a column
     one = ColumnInfo("c", "INTEGER", "int", 1.0, lo=7.0, hi=7.0, distinct=1)
     assert build_mod.sample_row_bytes([one]) == 1 / 8
@@ -276,12 +282,13 @@ def test_the_sample_is_counted_at_the_bits_duckdb_stores(tmp_path, rng):
         "g": rng.integers(0, 12, n).astype(str),
         "day": pd.to_datetime("2013-01-01") + pd.to_timedelta(rng.integers(0, 365, n), unit="D"),
         "delay": np.round(rng.exponential(1.0, n) ** 3 * 20 - 10).astype(np.int32),  # heavy tail: rows set aside
+        "w": rng.normal(100.0, 20.0, n),  # full precision: rounded in the sample (sample_decimals)
         "price": np.round(rng.uniform(1, 500, n), 2),
         "t": rng.integers(0, 2400, n).astype(np.int32)}))
-    con.execute("CREATE TABLE t AS SELECT g, day::DATE AS day, delay, price::DECIMAL(10, 2) AS price, t FROM df")
+    con.execute("CREATE TABLE t AS SELECT g, day::DATE AS day, delay, w, price::DECIMAL(10, 2) AS price, t FROM df")
     con.execute("CHECKPOINT")
     eng = Engine(con)
-    meta = eng.build("t", columns=["day", "delay", "price", "t"], group_by=["g"], budget_bytes=120_000)
+    meta = eng.build("t", columns=["day", "delay", "w", "price", "t"], group_by=["g"], budget_bytes=120_000)
     opts = json.loads(meta["options"])
     assert meta["outlier_rows"] > 0 and opts["outliers"][1] is not None
     con.execute("CHECKPOINT")
@@ -289,17 +296,20 @@ def test_the_sample_is_counted_at_the_bits_duckdb_stores(tmp_path, rng):
     rule = build_mod.OutlierRule.from_json(opts["outliers"], len(st.infos))
     rows = opts["sample_size"]
     stored = _stored_segment_bits(con, f"densitas.sample_{meta['id']}", rows)
-    counted = {"gid": 0.0} | {f"v{j}": build_mod._value_bits(info, b) for j, (info, b)
-                              in enumerate(zip(st.infos, rule.bounds, strict=True))}
-    costs = build_mod.row_costs(st.infos, len(st.groups), n, build_mod.BuildOptions(), rule)
+    decimals = opts["sample_decimals"]
+    assert decimals[2] is not None and all(d is None for j, d in enumerate(decimals) if j != 2), decimals
+    counted = {"gid": 0.0} | {f"v{j}": build_mod._value_bits(info, b, d) for j, (info, b, d)
+                              in enumerate(zip(st.infos, rule.bounds, decimals, strict=True))}
+    costs = build_mod.row_costs(st.infos, len(st.groups), n, build_mod.BuildOptions(), rule, decimals)
     assert costs.sample < build_mod.row_costs(st.infos, len(st.groups), n, build_mod.BuildOptions()).sample
     tables = store.SynopsisTables.of(meta["id"], st.infos, [("g", "VARCHAR")])
     assert meta["size_bytes"] == build_mod.synopsis_bytes(eng.con, tables, rows, costs)  # as the build counted
     assert "gid" in stored and len(stored) >= 3, stored  # the group runs and at least two value columns measured
     # the group column: its runs (GROUP_RUN_BYTES a group), not bits a row
     assert stored["gid"] * rows / 8 <= len(st.groups) * build_mod.GROUP_RUN_BYTES, stored
-    # every value on its grid (a date, integers, a decimal): counted at the bits of its range, which the stored
-    # column may pass by its per-vector headers only (a few bytes per 1,024 values)
+    # every value on its grid (a date, integers, a decimal, the rounded DOUBLE): counted at the bits of its range,
+    # which the stored column may pass by its per-vector headers only (a few bytes per 1,024 values)
+    assert "v2" in stored, stored  # the rounded DOUBLE measured
     assert sum(stored.values()) <= sum(counted[c] for c in stored) + 0.25 * len(stored), (stored, counted)
     con.close()
 
@@ -325,3 +335,47 @@ def test_sum_grids_spend_their_share_evenly(rng):
             assert sum(res) > cells - len(bins), case  # nothing left unused but the rounding
             assert max(cut) - min(cut) <= 1, case      # the columns cut share alike
             assert all(b <= max(cut) + 1 for x, b in zip(res, bins, strict=True) if x == b), case  # whole: small ones
+
+
+def test_the_sample_stores_full_precision_doubles_rounded_and_says_so(rng):
+    """A DOUBLE of full precision is stored in the sample within half a step of its value
+    (:func:`~densitas.aqp.build.sample_decimals`), exactly in a group sampled whole (whose answers stay exact);
+    a sample row whose rounded value lies within half a step of a query's bound may lie on either side of it, and
+    the answer's interval counts it (``Synopsis._doubtful``)."""
+    n = 60_000
+    con = duckdb.connect()
+    g = np.where(np.arange(n) < 120, "tiny", rng.choice(["a", "b"], n))
+    con.register("df", pd.DataFrame({"g": g, "x": rng.normal(50.0, 10.0, n), "y": rng.uniform(0, 1, n)}))
+    con.execute("CREATE TABLE t AS SELECT * FROM df")
+    eng = Engine(con)
+    meta = eng.build("t", columns=["x", "y"], group_by=["g"], sample_size=3_000, outliers=False)
+    decimals = json.loads(meta["options"])["sample_decimals"]
+    half = 0.5 * 10.0 ** -decimals[0]
+    assert decimals[0] is not None and half < 1e-6 * (con.execute("SELECT MAX(x) - MIN(x) FROM t").fetchone()[0])
+    syn = eng._load("t")
+    x = syn._vals_by_col[0]
+    for gid, name in enumerate(syn.groups["g"]):
+        own = np.sort(con.execute("SELECT x FROM t WHERE g = ?", [name]).fetchnumpy()["x"])
+        got = x[syn.s_gid == gid]
+        pos = np.clip(np.searchsorted(own, got), 1, len(own) - 1)
+        near = np.minimum(np.abs(own[pos] - got), np.abs(own[pos - 1] - got))
+        if name == "tiny":  # sampled whole: its own values
+            assert syn.n[gid] == syn.N[gid] and np.isin(got, own).all()
+        else:
+            assert syn.n[gid] < syn.N[gid] and (near <= half * (1 + 1e-9)).all(), near.max()
+            assert not np.isin(got, own).all()  # rounded indeed
+    sql = "SELECT SUM(x) AS s FROM t WHERE g = 'tiny' AND x < 50 AND y < 0.5"
+    got, want = eng.query(sql), con.execute(sql).fetchone()[0]
+    assert got["s"].iloc[0] == pytest.approx(want, rel=1e-12) and got["s_ci_high"].iloc[0] - got["s_ci_low"].iloc[0] \
+        <= 1e-8 * abs(want)
+    # a bound within half a step of a sample row's stored value: that row is in doubt, at its weight N_g / n_g
+    gid = int(np.flatnonzero(syn.groups["g"].to_numpy() != "tiny")[0])
+    r = float(x[syn.s_start[gid]])
+    q = parse(f"SELECT COUNT(*) AS n FROM t WHERE x < {r + 0.4 * half!r} AND y < 0.5")
+    _, results = syn.estimate(q)
+    weight = syn.N[gid] / syn.n[gid]
+    assert results[0]["slack"][0] >= weight * (1 - 1e-9), (results[0]["slack"], weight)
+    q = parse(f"SELECT COUNT(*) AS n FROM t WHERE x < {r + 3 * half!r} AND y < 0.5")  # no row that close
+    _, results = syn.estimate(q)
+    assert results[0]["slack"][0] < weight
+    con.close()

@@ -168,7 +168,8 @@ def test_engine_run_matches_its_answer_rows(tmp_path):
     db = str(tmp_path / "e.duckdb")
     eng = Engine(db)
     _table(eng.con)
-    res = evaluate_table(eng, "t", ["x", "y", "d"], ["g"], queries=12, seed=2, role="tuning")
+    # a sample of a quarter of the rows: answers rest on it, so the coverage is scored (exact answers are not)
+    res = evaluate_table(eng, "t", ["x", "y", "d"], ["g"], queries=12, seed=2, role="tuning", sample_size=ROWS // 4)
     eng.close()
     assert res.synopsis_bytes > 0 and res.build_seconds >= 0 and len(res.answers) >= 12
     out = write_answers([res], tmp_path / "a.csv")

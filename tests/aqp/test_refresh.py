@@ -110,8 +110,10 @@ def test_a_merged_synopsis_counts_its_rows_at_the_new_row_count(any_engine):
     tables = store.SynopsisTables.of(meta["id"], st.infos, [("g", "VARCHAR")])
     rows = store.count_rows(any_engine.con, tables.table("sample"))
     opts = b.BuildOptions(max_bins=40)
-    now = b.synopsis_bytes(any_engine.con, tables, rows, b.RowCosts.compact(st.infos, 3, 2000, opts))
-    then = b.synopsis_bytes(any_engine.con, tables, rows, b.RowCosts.compact(st.infos, 3, 1000, opts))
+    stored = json.loads(meta["options"])  # the sample's rows at the bounds and decimals it was stored with
+    rule, decimals = b.OutlierRule.from_json(stored.get("outliers"), 3), stored["sample_decimals"]
+    now = b.synopsis_bytes(any_engine.con, tables, rows, b.row_costs(st.infos, 3, 2000, opts, rule, decimals))
+    then = b.synopsis_bytes(any_engine.con, tables, rows, b.row_costs(st.infos, 3, 1000, opts, rule, decimals))
     assert meta["size_bytes"] == now and now > then
 
 

@@ -672,6 +672,9 @@ def bin_rows(con: Connector, tables: SynopsisTables, table: str, cols: Columns,
     return Binned(BINNED, len(infos))
 
 
+#: a sample row's value of a column on no value grid is rounded to within 2^-SAMPLE_BITS of the column's range
+#: (sample_decimals): a millionth, far below any sample's error, in about 21 to 24 bits instead of 53
+SAMPLE_BITS = 20
 # a row set aside whole takes a sample row's place: at most this share of the planned sample's rows go to them.
 # Chosen on the tuning tables (synthetic, lineitem, fertility) among 0.1 and 0.25 (benchmarks/RESULTS.md, "AQP:
 # heavy tails")
@@ -1186,13 +1189,16 @@ def sample_target(opts: BuildOptions, budget: int, used: int, k: int, n_rows: in
     return min(n_sample, n_rows)
 
 
-def sample_row_bytes(infos: Sequence[ColumnInfo], rule: OutlierRule | None = None) -> float:
+def sample_row_bytes(infos: Sequence[ColumnInfo], rule: OutlierRule | None = None,
+                     decimals: Sequence[int | None] | None = None) -> float:
     """What one sample row costs stored compactly, in bytes: per column the bits of its values on their value
     grid — ``log2`` of the grid points between its smallest and largest value (integers, decimals, dates:
-    ``step`` > 0), or of its distinct values for a discrete column — else a full 8-byte DOUBLE, one more bit
-    where it holds NULLs. With the build's :class:`OutlierRule`, a column's range is clipped to its bounds: the
-    rows beyond them are stored whole, not in the sample. The group id costs no bits a row: the sample is stored
-    in group order, so its group column is one run a group (:data:`GROUP_RUN_BYTES`, counted with the groups).
+    ``step`` > 0), or of its distinct values for a discrete column, or of the decimal places the sample rounds a
+    column on no value grid to (``decimals``, by default :func:`sample_decimals`) — else a full 8-byte DOUBLE, one
+    more bit where it holds NULLs. With the build's :class:`OutlierRule`, a column's range is clipped to its
+    bounds: the rows beyond them are stored whole, not in the sample. The group id costs no bits a row: the
+    sample is stored in group order, so its group column is one run a group (:data:`GROUP_RUN_BYTES`, counted
+    with the groups).
 
     The table's budget is a fraction of its *compressed* storage, and the sample is stored compressed as well
     (DuckDB's ALP encodes a column of values on a decimal grid in about these bits, its RLE a sorted group
@@ -1206,14 +1212,16 @@ def sample_row_bytes(infos: Sequence[ColumnInfo], rule: OutlierRule | None = Non
     --------
     >>> from densitas.aqp.columns import ColumnInfo
     >>> day = ColumnInfo("d", "DATE", "date", 1.0, lo=0.0, hi=2525.0, distinct=2526)   # 12 bits
-    >>> price = ColumnInfo("p", "DOUBLE", "float", 0.0, lo=0.5, hi=9.5, distinct=10**6)  # 64 bits
+    >>> price = ColumnInfo("p", "DOUBLE", "float", 0.0, lo=0.5, hi=9.5, distinct=10**6)  # 25 bits rounded
     >>> sample_row_bytes([day, price])
-    9.5
+    4.625
     >>> sample_row_bytes([day, price], OutlierRule([(0.0, 100.0), None]))               # 7 bits for the days
-    8.875
+    4.0
     """
     bounds = rule.bounds if rule is not None else [None] * len(infos)
-    return math.ceil(sum(_value_bits(info, b) for info, b in zip(infos, bounds, strict=True))) / 8
+    if decimals is None:
+        decimals = sample_decimals(infos, rule)
+    return math.ceil(sum(_value_bits(info, b, d) for info, b, d in zip(infos, bounds, decimals, strict=True))) / 8
 
 
 def aside_row_bytes(infos: Sequence[ColumnInfo], n_groups: int) -> float:
@@ -1231,8 +1239,10 @@ def aside_row_bytes(infos: Sequence[ColumnInfo], n_groups: int) -> float:
     return math.ceil(bits + sum(_value_bits(info, None) for info in infos)) / 8
 
 
-def _value_bits(info: ColumnInfo, bounds: tuple[float, float] | None) -> int:
-    """Bits of one stored value of the column (:func:`sample_row_bytes`), within ``bounds`` when given."""
+def _value_bits(info: ColumnInfo, bounds: tuple[float, float] | None, decimals: int | None = None) -> int:
+    """Bits of one stored value of the column (:func:`sample_row_bytes`), within ``bounds`` when given; rounded
+    to ``decimals`` decimal places when given (:func:`sample_decimals`: one more bit, for ALP's per-vector
+    frame)."""
     lo, hi = info.lo, info.hi
     if bounds is not None:
         lo, hi = max(lo, bounds[0]), min(hi, bounds[1])
@@ -1241,7 +1251,56 @@ def _value_bits(info: ColumnInfo, bounds: tuple[float, float] | None) -> int:
         options.append(math.log2(max(hi - lo, 0.0) / info.step + 1))
     if info.discrete and info.distinct > 0:
         options.append(math.log2(info.distinct + 1))
+    if decimals is not None and math.isfinite(hi - lo):
+        options.append(math.log2(max(hi - lo, 0.0) * 10.0 ** decimals + 1) + 1)
     return math.ceil(max(min(options), 1.0)) + (1 if info.nullable else 0)
+
+
+def sample_decimals(infos: Sequence[ColumnInfo], rule: OutlierRule | None = None) -> list[int | None]:
+    """Per column, the decimal places the sample stores its values at, or None for its exact values: a column
+    on no value grid (a DOUBLE of full precision: ``step`` 0, not discrete) is rounded to the coarsest power of
+    ten at most ``2^-SAMPLE_BITS`` of its range (within the outlier ``rule``'s bounds). DuckDB's ALP then stores
+    about ``SAMPLE_BITS`` + 1 to 4 bits a value instead of 53 (its ALP-RD on full-precision doubles), so the
+    same bytes hold about twice the sample rows of a table of such columns.
+
+    A stored value is within half a step, at most ``2^-(SAMPLE_BITS + 1)`` of the range, of the row's own: a SUM
+    of ``m`` such values moves by at most ``m`` half-steps, which the answer's interval adds
+    (:meth:`~densitas.aqp.synopsis.Synopsis.estimate`); a row that close to a predicate's bound may fall on its
+    other side, as any one sample row's place in the box moves the estimate within its sampling error. The rows of
+    a group sampled whole keep their exact values (:func:`draw_sample`): their answers are exact.
+
+    Examples
+    --------
+    >>> from densitas.aqp.columns import ColumnInfo
+    >>> price = ColumnInfo("p", "DOUBLE", "float", 0.0, lo=0.5, hi=9.5, distinct=10**6)
+    >>> day = ColumnInfo("d", "DATE", "date", 1.0, lo=0.0, hi=2525.0, distinct=2526)
+    >>> sample_decimals([price, day])       # 9 * 2^-20 = 8.6e-6: steps of 1e-6
+    [6, None]
+    >>> sample_row_bytes([day, price])      # 12 bits + log2(9e6 + 1) + 1 = 25 bits
+    4.625
+    """
+    bounds = rule.bounds if rule is not None else [None] * len(infos)
+    out: list[int | None] = []
+    for info, b in zip(infos, bounds, strict=True):
+        lo, hi = (info.lo, info.hi) if b is None else (max(info.lo, b[0]), min(info.hi, b[1]))
+        span = hi - lo
+        if info.step > 0 or info.discrete or info.kind != "float" or not (math.isfinite(span) and span > 0):
+            out.append(None)
+        else:
+            out.append(-math.floor(math.log10(span * 2.0 ** -SAMPLE_BITS)))
+    return out
+
+
+def sample_value(v: exp.Expression, decimals: int | None, whole: exp.Expression) -> exp.Expression:
+    """A sample row's stored value of one column: ``v`` rounded to ``decimals`` places (:func:`sample_decimals`)
+    unless ``whole`` (the row's group is sampled whole) or ``decimals`` is None. Written ``ROUND(v * 10^d) /
+    10^d`` (``ROUND(v / 10^-d) * 10^-d`` for a negative ``d``): PostgreSQL rounds a DOUBLE to an integer only."""
+    if decimals is None:
+        return v
+    p = _num(10 ** abs(decimals))
+    rounded = exp.Div(this=exp.Round(this=exp.Mul(this=v.copy(), expression=p)), expression=p.copy()) \
+        if decimals >= 0 else exp.Mul(this=exp.Round(this=exp.Div(this=v.copy(), expression=p)), expression=p.copy())
+    return exp.case().when(whole, v.copy()).else_(rounded)
 
 
 def _bits(values: float) -> int:
@@ -1355,9 +1414,10 @@ class RowCosts:
 
 
 def row_costs(infos: Sequence[ColumnInfo], n_groups: int, n_rows: int, opts: BuildOptions,
-              rule: OutlierRule | None = None) -> RowCosts:
+              rule: OutlierRule | None = None, decimals: Sequence[int | None] | None = None) -> RowCosts:
     """What the build counts each stored row for: compact grid rows where ``compact_grids``, compact sample
-    rows where ``compact_sample`` (within the outlier ``rule``'s bounds when given), else their nominal widths.
+    rows where ``compact_sample`` (within the outlier ``rule``'s bounds when given, at the sample's stored
+    ``decimals``: :func:`sample_row_bytes`), else their nominal widths.
 
     Examples
     --------
@@ -1373,7 +1433,8 @@ def row_costs(infos: Sequence[ColumnInfo], n_groups: int, n_rows: int, opts: Bui
     costs = RowCosts.compact(infos, n_groups, n_rows, opts) if opts.compact_grids else nominal
     if not opts.compact_sample:  # a sample row at its nominal width holds its group id
         return dataclasses.replace(costs, sample=nominal.sample, aside=None, group_run=0.0)
-    return dataclasses.replace(costs, sample=sample_row_bytes(infos, rule), aside=aside_row_bytes(infos, n_groups))
+    return dataclasses.replace(costs, sample=sample_row_bytes(infos, rule, decimals),
+                               aside=aside_row_bytes(infos, n_groups))
 
 
 def synopsis_bytes(con: Connector, tables: SynopsisTables, sample_rows: int, costs: RowCosts) -> int:
@@ -1384,10 +1445,11 @@ def synopsis_bytes(con: Connector, tables: SynopsisTables, sample_rows: int, cos
 
 
 def draw_sample(con: Connector, tables: SynopsisTables, binned: Binned, plan: Plan, n_rows: int,
-                opts: BuildOptions) -> Sample:
+                opts: BuildOptions, decimals: Sequence[int | None] | None = None) -> Sample:
     """The stratified sample (:func:`sample_quotas` rows per group): each group's first rows in a seeded hash
     order of the table's row ids; returns its size and thresholds (:class:`Sample`). The sample gets what the
-    other tables left of the budget, at most ``max_sample_rows`` (``sample_size`` when given).
+    other tables left of the budget, at most ``max_sample_rows`` (``sample_size`` when given). Values are stored
+    rounded to ``decimals`` (:func:`sample_decimals`, None: exact), but in groups sampled whole.
 
     A hash pre-filter keeps the sort small: it passes about ``2·q_g + 50`` rows of a group, and the ``q_g``
     smallest hashes always pass it; where it passes too few (vanishingly rare) the draw runs without it.
@@ -1402,7 +1464,10 @@ def draw_sample(con: Connector, tables: SynopsisTables, binned: Binned, plan: Pl
     frac = np.minimum(1.0, (2 * quota + 50) / np.maximum(gsizes, 1))
     con.create_temp_table(QUOTA, pd.DataFrame({"gid": np.arange(len(quota), dtype=np.int64),
                                                "q": np.asarray(quota, dtype=np.int64),
-                                               "frac": np.asarray(frac, dtype=np.float64)}))
+                                               "frac": np.asarray(frac, dtype=np.float64),
+                                               "whole": (quota >= gsizes).astype(np.int64)}))
+    decimals = list(decimals) if decimals is not None else [None] * binned.n_columns
+    whole = _col("whole").eq(_num(1))
     key = exp.func("coalesce", _col("_densitas_rid", "b"), con.row_id(BINNED, qualifier="b"))
     h = seeded_hash(con, key)  # the seed's salt is the statement's one parameter
     hashed = sqlglot.select(exp.Column(this=exp.Star(), table=exp.to_identifier("b", quoted=True)),
@@ -1418,7 +1483,8 @@ def draw_sample(con: Connector, tables: SynopsisTables, binned: Binned, plan: Pl
         ranked = sqlglot.select(exp.Star(), exp.alias_(rn.copy(), "rn", quoted=True)) \
             .from_(hashed.subquery("x")).join(exp.table_(QUOTA, quoted=True), using=["gid"]).where(cond)
         rows = sqlglot.select(exp.alias_(exp.cast(_col("gid"), lay.columns[0].sql_type), "gid", quoted=True),
-                              *(binned.v(j) for j in range(k))).from_(ranked.subquery("t")) \
+                              *(exp.alias_(sample_value(binned.v(j), decimals[j], whole), f"v{j}", quoted=True)
+                                for j in range(k))).from_(ranked.subquery("t")) \
             .where(_col("rn") <= _col("q")).order_by(_col("gid"), _col("rn"))
         con.execute(exp.delete(target))
         con.execute(exp.insert(rows, target), [salt])
@@ -1513,8 +1579,10 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
         rule = find_outliers(con, binned, infos, planned_sample(opts, plan, stats.rows)) if opts.outliers \
             else OutlierRule.none(len(infos))
         set_aside(con, tables, binned, rule)
-        # the sample holds no row beyond the rule's bounds: its rows cost the bits of the narrower ranges
-        plan.costs = row_costs(infos, plan.n_groups, stats.rows, opts, rule)
+        # the sample holds no row beyond the rule's bounds: its rows cost the bits of the narrower ranges, its
+        # values on no value grid those of the decimals they are rounded to
+        decimals = sample_decimals(infos, rule) if opts.compact_sample else [None] * len(infos)
+        plan.costs = row_costs(infos, plan.n_groups, stats.rows, opts, rule, decimals)
         plan.sample_bytes = sample_bytes(opts, plan.budget, plan.costs, stats.rows, plan.n_groups,
                                          count_rows(con, tables.table("outliers")))
         write_histograms(con, tables, binned, infos)
@@ -1524,7 +1592,7 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
         scores = probe_dependence(con, binned, plan, probe_grids if opts.independent_pairs else None)
         grids = write_pair_grids(con, tables, binned, infos, plan, scores, opts, say, probe_grids)
         say("sample", 0.9)
-        sample = draw_sample(con, tables, binned, plan, stats.rows, opts)
+        sample = draw_sample(con, tables, binned, plan, stats.rows, opts, decimals)
         say("bandwidths", 0.95)
         bandwidths = _bandwidths(con, tables, infos, opts.bandwidth)
         meta = {"table_name": table, "id": tables.id, "version": FORMAT_VERSION,
@@ -1533,6 +1601,7 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
                 "grids": json.dumps({"pairs": [g.to_dict() for g in grids], "sum_res": sum_res,
                                      "scores": [[a, b, v] for (a, b), v in scores.items()]}),
                 "options": json.dumps({"budget_bytes": plan.budget, "sample_size": sample.rows, "seed": opts.seed,
+                                       "sample_decimals": decimals,
                                        "max_bins": opts.max_bins, "append": append,
                                        "thresholds": sample.thresholds, "outliers": rule.to_json(),
                                        "build": dataclasses.asdict(opts)}),

@@ -380,8 +380,9 @@ class Engine:
             val, var = np.asarray(r["value"], dtype=np.float64), np.asarray(r["var"], dtype=np.float64)
             sd = np.sqrt(np.where(np.isnan(var), np.inf, np.maximum(var, 0.0)))
             with np.errstate(invalid="ignore"):
-                # plus float rounding of the stored sums (the database sums decimals exactly)
-                half = z * sd + ROUNDING * np.abs(np.nan_to_num(val))
+                # plus float rounding of the stored sums (the database sums decimals exactly), and the rounding
+                # of the sample's values where the answer reads them (Synopsis.estimate's slack)
+                half = z * sd + ROUNDING * np.abs(np.nan_to_num(val)) + np.asarray(r.get("slack", 0.0))
                 low, high = val - half, val + half
             if r["func"] == "count":
                 val, low, high = np.maximum(val, 0.0), np.maximum(low, 0.0), np.maximum(high, 0.0)

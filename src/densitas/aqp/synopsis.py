@@ -265,6 +265,24 @@ def _starts(m: np.ndarray) -> np.ndarray:
     return np.flatnonzero(np.diff(m, prepend=-1))
 
 
+@dataclass
+class _Doubt:
+    """The rows a query's rounding leaves in doubt (:meth:`Synopsis._doubtful`): per group their summed weight,
+    and per row its weight (None: no row in doubt)."""
+
+    weight: np.ndarray  # (G,)
+    row_weight: np.ndarray | None
+    synopsis: Synopsis | None
+
+    def value(self, j: int) -> np.ndarray:
+        """(G,): the rows' weights times the absolute value of column ``j`` (NULL: 0)."""
+        if self.row_weight is None or self.synopsis is None:
+            return np.zeros_like(self.weight)
+        syn = self.synopsis
+        vals = np.nan_to_num(np.abs(syn._vals_by_col[j]))
+        return np.bincount(syn.s_gid, self.row_weight * vals, minlength=len(self.weight))
+
+
 class Synopsis:
     """Loaded synopsis of one table (see :mod:`densitas.aqp.build`)."""
 
@@ -298,6 +316,9 @@ class Synopsis:
         self.pairs = {p.cols: p for p in pairs}
         self.scores = scores
         self.bandwidths = json.loads(meta.get("bandwidths") or "[]")
+        # half the step each column's sample values are rounded to (build.sample_decimals; 0: exact values)
+        decimals = json.loads(meta.get("options") or "{}").get("sample_decimals") or [None] * len(infos)
+        self.half_step = np.array([0.0 if d is None else 0.5 * 10.0 ** -d for d in decimals])
         # the sample, sorted by group; values NaN where NULL
         order = np.argsort(sample_gid, kind="stable")
         self.s_gid = sample_gid[order].astype(np.int64)
@@ -437,6 +458,28 @@ class Synopsis:
         every = ~held[:, 0] & ~(held[:, 1:] & ~(known & inside)).any(axis=1)
         none = ~(held[:, 1:] & ~(known & ~reached)).any(axis=1)
         return every, none
+
+    def _doubtful(self, cols: tuple[int, ...], box: dict, support: np.ndarray) -> _Doubt:
+        """The sample rows whose place in the box the rounding of their stored values leaves in doubt
+        (:func:`~densitas.aqp.build.sample_decimals`): a value of a predicate column within half a step of one of
+        its condition's bounds, in a group the sample does not hold whole (those keep exact values) and an answer
+        that reads the sample (``support`` finite). Such a row may lie on either side of the bound; per group,
+        their weight ``N_g / n_g`` and their weighted values bound what that can move an answer by."""
+        doubt = np.zeros(len(self.s_gid), dtype=bool)
+        for u in cols:
+            h = self.half_step[u]
+            if h <= 0:
+                continue
+            v = self._vals_by_col[u]
+            for lo, _, hi, _ in box[u]:
+                for bound in (lo, hi):
+                    if math.isfinite(bound):
+                        doubt |= np.abs(v - bound) <= h * (1 + 1e-9)
+        if not doubt.any():
+            return _Doubt(np.zeros(len(self.N)), None, None)
+        doubt &= (self._partial & np.isfinite(support))[self.s_gid]
+        w = np.where(doubt, (self.N / np.maximum(self.n, 1))[self.s_gid], 0.0)
+        return _Doubt(np.bincount(self.s_gid, w, minlength=len(self.N)), w, self)
 
     def _predicate_columns(self, box: dict) -> tuple[tuple[int, ...], np.ndarray]:
         """The columns whose conditions cut some group's rows in part, in column order, and per group whether a
@@ -667,22 +710,30 @@ class Synopsis:
         sampled = np.isfinite(sup)
         thin = (np.bincount(codes, sampled, minlength=m) > 0) & \
             (np.bincount(codes, np.where(sampled, sup, 0.0), minlength=m) < MIN_SUPPORT)
+        doubt = self._doubtful(cols, box, support)
         results = []
         for a in q.aggregates:
             if a.func == "count":
                 k = keys.index(self._count_key(a.column))
                 val = np.bincount(codes, est[gids, k], minlength=m)
                 v = np.bincount(codes, var_fn(gids, [k], [1.0]), minlength=m)
-                results.append({"alias": a.alias, "func": "count", "value": val, "var": v, "count": val, "thin": thin})
+                results.append({"alias": a.alias, "func": "count", "value": val, "var": v, "count": val, "thin": thin,
+                                "slack": np.bincount(codes, doubt.weight[gids], minlength=m)})
                 continue
             j = self.index[a.column]
             kn = keys.index(self._count_key(a.column))
             cnt = np.bincount(codes, est[gids, kn], minlength=m)
+            # the rounding of the sample's values (build.sample_decimals), added to the interval's half-width: at
+            # most half a step a value the answer reads from the sample, and every row whose place in the box the
+            # rounding leaves in doubt (_doubtful) counted at its weight and value
+            slack = np.bincount(codes, np.where(sampled, np.abs(est[gids, kn]), 0.0), minlength=m) * self.half_step[j]
+            slack = slack + np.bincount(codes, doubt.value(j)[gids], minlength=m)
             if a.func == "sum":
                 ks = keys.index(("s", j))
                 tot = np.bincount(codes, est[gids, ks], minlength=m)
                 v = np.bincount(codes, var_fn(gids, [ks], [1.0]), minlength=m)
-                results.append({"alias": a.alias, "func": "sum", "value": tot, "var": v, "count": cnt, "thin": thin})
+                results.append({"alias": a.alias, "func": "sum", "value": tot, "var": v, "count": cnt, "thin": thin,
+                                "slack": slack})
                 continue
             ks, c = keys.index(("d", j)), self.centre[j]  # the key sums v − c over the rows the count key counts
             dev = np.bincount(codes, est[gids, ks], minlength=m)
@@ -691,8 +742,12 @@ class Synopsis:
                 # delta method: the residual of SUM − AVG·COUNT (centred alike), with the output group's AVG
                 v = np.bincount(codes, var_fn(gids, [ks, kn], [1.0, -np.nan_to_num(mean_dev)[codes]]),
                                 minlength=m) / cnt ** 2
+            with np.errstate(divide="ignore", invalid="ignore"):
+                moved = np.bincount(codes, doubt.weight[gids], minlength=m)  # rows the doubt may add or drop
+                slack = slack + np.abs(np.nan_to_num(c + mean_dev)) * moved
+                slack = np.where(slack > 0, slack / cnt, 0.0)
             results.append({"alias": a.alias, "func": "avg", "value": c + mean_dev, "var": v, "count": cnt,
-                            "thin": thin, "bounds": self._avg_bounds(j, box)})
+                            "thin": thin, "bounds": self._avg_bounds(j, box), "slack": slack})
         if q.group_by:  # SQL has no row for a group without matching rows: drop groups surely empty
             rows = np.bincount(codes, est[gids, 0], minlength=m)
             rvar = np.bincount(codes, var_fn(gids, [0], [1.0]), minlength=m)
@@ -700,8 +755,9 @@ class Synopsis:
             if not keep.all():
                 out = {c: v[keep] for c, v in out.items()}
                 for r in results:
-                    for k in ("value", "var", "count", "thin"):
-                        r[k] = np.asarray(r[k])[keep]
+                    for k in ("value", "var", "count", "thin", "slack"):
+                        if k in r:
+                            r[k] = np.asarray(r[k])[keep]
         return out, results
 
     # ---- the model: a tree of pair grids over fine histograms ---------------------------------------------
