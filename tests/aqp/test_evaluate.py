@@ -148,6 +148,14 @@ def test_exact_answers_are_counted_apart_from_the_coverage():
     assert math.isnan(result([exact, exact]).overall.coverage)
     assert not result([exact, exact, wrong]).goals["coverage 90-98%"]
     assert not result([]).goals["coverage 90-98%"]
+    # one interval that rests on the sample and covers is no rate above 98% (a nearly exact table, fertility)
+    assert result([exact] * 30 + [inside]).goals["coverage 90-98%"]
+    # from MIN_SCORED answers on, the rate itself: 20 covering of 20 is above 98%, 19 of 20 within
+    assert not result([inside] * 20).goals["coverage 90-98%"]
+    assert result([inside] * 19 + [wrong]).goals["coverage 90-98%"]
+    # below it, misses more frequent than a 95% interval's: 2 of 5 fail, 1 of 5 does not (P = 0.23)
+    assert not result([inside] * 3 + [wrong] * 2).goals["coverage 90-98%"]
+    assert result([inside] * 4 + [wrong]).goals["coverage 90-98%"]
 
 
 def test_a_table_the_grids_answer_exactly_meets_the_coverage_goal(tmp_path):
