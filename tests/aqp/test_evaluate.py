@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from densitas.aqp import Engine
 from densitas.aqp.build import BuildOptions
+from densitas.aqp.engine import ROUNDING
 from densitas.aqp.evaluate import MIN_SHARE, PEER_RATE, Z95, evaluate_table, make_workload, metrics, write_answers
 from densitas.cli.main import app
 from densitas.exceptions import InputError
@@ -185,14 +186,20 @@ def test_engine_run_matches_its_answer_rows(tmp_path):
     assert len(df) == len(res.answers)
     ok = df["failed"].isna()
     err = np.where(ok, (df["est"] - df["truth"]).abs() / df["scale"], 1.0)
-    cov = ok & (df["lo"] <= df["truth"]) & (df["truth"] <= df["hi"])
-    low, high = ok & (df["truth"] < df["lo"]), ok & (df["truth"] > df["hi"])
+    # the coverage is that of the answers that are not exact: an interval of float rounding's width holding the
+    # truth (Answer.exact), recomputed here from the written bounds
+    exact = ok & (df["lo"] <= df["truth"]) & (df["truth"] <= df["hi"]) & \
+        (df["hi"] - df["lo"] <= 4 * ROUNDING * np.maximum(df["est"].abs(), df["scale"]))
+    scored = ~exact
+    cov = (ok & (df["lo"] <= df["truth"]) & (df["truth"] <= df["hi"]))[scored]
+    low, high = (ok & (df["truth"] < df["lo"]))[scored], (ok & (df["truth"] > df["hi"]))[scored]
     m = res.overall
+    assert m.exact == int(exact.sum()) and m.exact < m.answers
     assert m.mean == pytest.approx(err.mean(), rel=1e-9, abs=1e-15)
     assert m.p95 == pytest.approx(np.quantile(err, 0.95), rel=1e-9, abs=1e-15)
     assert m.coverage == pytest.approx(cov.mean())
     assert (m.miss_low, m.miss_high) == (pytest.approx(low.mean()), pytest.approx(high.mean()))
-    assert m.coverage + m.miss_low + m.miss_high == pytest.approx(1 - (~ok).mean())
+    assert m.coverage + m.miss_low + m.miss_high == pytest.approx(1 - (~ok[scored]).mean())
     peer_err = (df["peer_est"] - df["truth"]).abs() / df["scale"]
     assert res.peer.mean == pytest.approx(peer_err.mean())
     for k, (mk, _) in res.by_cols.items():

@@ -66,6 +66,9 @@ class ColumnInfo:
     # there as point masses, so that a bound at a bin's end (``x < max(x)``) cuts them exactly
     count_at_min: np.ndarray = field(default_factory=lambda: np.zeros(0))
     count_at_max: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # the (group, value) pairs present in the table (build.count_cells; 0: not counted, taken as groups x
+    # distinct values): the rows of the column's histogram at one bin a value
+    cells: int = 0
 
     @property
     def column(self) -> exp.Column:
