@@ -74,8 +74,9 @@ def test_compact_sample_holds_more_rows_within_the_budget(rng):
         rows[compact] = json.loads(meta["options"])["sample_size"]
         assert meta["size_bytes"] <= budget
     # per row: 4 + 4 + 3 + 17 + 11 bits = 39 bits, 4.875 bytes, against 2 + 8 * 5 = 42 nominal: the same bytes
-    # left for the sample hold 42/4.875 = 8.6 times the rows
-    assert rows[True] >= 8 * rows[False]
+    # left for the sample hold 42/4.875 = 8.6 times the rows; the grids' rows are not quite the same in the two
+    # builds (which columns are discrete depends on the (group, value) pairs and the bytes left), so at least 7.5
+    assert rows[True] >= 7.5 * rows[False]
     con.close()
 
 
@@ -340,44 +341,51 @@ def test_sum_grids_spend_their_share_evenly(rng):
 
 
 def test_the_sample_stores_full_precision_doubles_rounded_and_says_so(rng):
-    """A DOUBLE of full precision is stored in the sample within half a step of its value
-    (:func:`~densitas.aqp.build.sample_decimals`), exactly in a group sampled whole (whose answers stay exact);
-    a sample row whose rounded value lies within half a step of a query's bound may lie on either side of it, and
-    the answer's interval counts it (``Synopsis._doubtful``)."""
+    """A DOUBLE of full precision is stored in the sample as an integer code within a step of its value, in its
+    row's fine bin (:func:`~densitas.aqp.build.sample_decimals`); a sample row stored within a step of a query's
+    bound may lie on either side of it, and the answer's interval counts it (``Synopsis._doubtful``). Where a
+    group is sampled whole nothing is rounded, and its answers stay exact."""
     n = 60_000
     con = duckdb.connect()
     g = np.where(np.arange(n) < 120, "tiny", rng.choice(["a", "b"], n))
     con.register("df", pd.DataFrame({"g": g, "x": rng.normal(50.0, 10.0, n), "y": rng.uniform(0, 1, n)}))
     con.execute("CREATE TABLE t AS SELECT * FROM df")
+    con.execute("CREATE TABLE big AS SELECT * FROM t WHERE g <> 'tiny'")
     eng = Engine(con)
-    meta = eng.build("t", columns=["x", "y"], group_by=["g"], sample_size=3_000, outliers=False)
+    meta = eng.build("big", columns=["x", "y"], group_by=["g"], sample_size=3_000, outliers=False)
     decimals = json.loads(meta["options"])["sample_decimals"]
-    half = 0.5 * 10.0 ** -decimals[0]
-    assert decimals[0] is not None and half < 1e-6 * (con.execute("SELECT MAX(x) - MIN(x) FROM t").fetchone()[0])
-    syn = eng._load("t")
+    assert decimals[0] is not None and decimals[1] is not None
+    step = 10.0 ** -decimals[0]
+    assert step < 1e-6 * (con.execute("SELECT MAX(x) - MIN(x) FROM big").fetchone()[0])
+    syn = eng._load("big")
     x = syn._vals_by_col[0]
     for gid, name in enumerate(syn.groups["g"]):
-        own = np.sort(con.execute("SELECT x FROM t WHERE g = ?", [name]).fetchnumpy()["x"])
+        own = np.sort(con.execute("SELECT x FROM big WHERE g = ?", [name]).fetchnumpy()["x"])
         got = x[syn.s_gid == gid]
         pos = np.clip(np.searchsorted(own, got), 1, len(own) - 1)
-        near = np.minimum(np.abs(own[pos] - got), np.abs(own[pos - 1] - got))
-        if name == "tiny":  # sampled whole: its own values
-            assert syn.n[gid] == syn.N[gid] and np.isin(got, own).all()
-        else:
-            assert syn.n[gid] < syn.N[gid] and (near <= half * (1 + 1e-9)).all(), near.max()
-            assert not np.isin(got, own).all()  # rounded indeed
-    sql = "SELECT SUM(x) AS s FROM t WHERE g = 'tiny' AND x < 50 AND y < 0.5"
-    got, want = eng.query(sql), con.execute(sql).fetchone()[0]
-    assert got["s"].iloc[0] == pytest.approx(want, rel=1e-12) and got["s_ci_high"].iloc[0] - got["s_ci_low"].iloc[0] \
-        <= 1e-8 * abs(want)
-    # a bound within half a step of a sample row's stored value: that row is in doubt, at its weight N_g / n_g
-    gid = int(np.flatnonzero(syn.groups["g"].to_numpy() != "tiny")[0])
+        near = np.where(np.abs(own[pos] - got) < np.abs(own[pos - 1] - got), own[pos], own[pos - 1])
+        assert syn.n[gid] < syn.N[gid]
+        assert (np.abs(near - got) < step * (1 + 1e-9)).all(), np.abs(near - got).max()
+        assert not np.isin(got, own).all()  # rounded indeed
+        # every stored value in the fine bin of the nearest value of its group (searchsorted on the edges)
+        edges = syn.infos[0].edges
+        assert np.array_equal(np.searchsorted(edges, got, side="right"), np.searchsorted(edges, near, side="right"))
+    # a bound within a step of a sample row's stored value: that row is in doubt, at its weight N_g / n_g
+    gid = 0
     r = float(x[syn.s_start[gid]])
-    q = parse(f"SELECT COUNT(*) AS n FROM t WHERE x < {r + 0.4 * half!r} AND y < 0.5")
+    q = parse(f"SELECT COUNT(*) AS n FROM big WHERE x < {r + 0.4 * step!r} AND y < 0.5")
     _, results = syn.estimate(q)
     weight = syn.N[gid] / syn.n[gid]
     assert results[0]["slack"][0] >= weight * (1 - 1e-9), (results[0]["slack"], weight)
-    q = parse(f"SELECT COUNT(*) AS n FROM t WHERE x < {r + 3 * half!r} AND y < 0.5")  # no row that close
+    q = parse(f"SELECT COUNT(*) AS n FROM big WHERE x < {r + 3 * step!r} AND y < 0.5")  # no row that close
     _, results = syn.estimate(q)
     assert results[0]["slack"][0] < weight
+    # with a group sampled whole, nothing is rounded, and its answers are exact
+    meta = eng.build("t", columns=["x", "y"], group_by=["g"], sample_size=3_000, outliers=False)
+    assert json.loads(meta["options"])["sample_decimals"] == [None, None]
+    for sql in ("SELECT SUM(x) AS s FROM t WHERE g = 'tiny' AND x < 50 AND y < 0.5",
+                "SELECT AVG(x) AS s FROM t WHERE g = 'tiny' AND y < 0.5"):
+        got, want = eng.query(sql), con.execute(sql).fetchone()[0]
+        assert got["s"].iloc[0] == pytest.approx(want, rel=1e-12), sql
+        assert got["s_ci_high"].iloc[0] - got["s_ci_low"].iloc[0] <= 1e-8 * abs(want), sql
     con.close()

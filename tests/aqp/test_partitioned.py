@@ -25,6 +25,9 @@ TABLE = (f"SELECT (1 + floor(20 * {U.format(k=1)}))::INTEGER AS q, round(1000 * 
          f"exp(3 * {U.format(k=2)} + 0.3 * {U.format(k=3)}) AS y, DATE '2020-01-01' + floor(700 * {U.format(k=4)})"
          f"::INTEGER AS d, CASE WHEN {U.format(k=5)} < 0.1 THEN NULL ELSE {U.format(k=6)} END AS z, "
          f"pow(1 - {U.format(k=7)}, -1 / 1.3) AS w, "  # Pareto: rows set aside whole
+         # a column the group determines in part: 12 of its 36 values a group, discrete only by its (group, value)
+         # pairs (build.count_cells)
+         f"(i % 3) * 100 + floor(12 * {U.format(k=8)})::INTEGER AS h, "
          "['a', 'b', 'c'][1 + (i % 3)::INTEGER] AS g FROM range({n}) r(i) ORDER BY i")
 # unequal partitions, one of them smaller than a group's sample quota
 TABLE_NAME = "functional"  # the coverage test's year/month/date table: a dependence no pair grid holds
@@ -115,12 +118,13 @@ OPTS = {"budget_bytes": 150_000, "max_sample_rows": 3000, "bandwidth": "silverma
 
 def test_partitioned_build_equals_a_build_of_the_concatenation(any_engine, parts):
     """Stored in DuckDB or PostgreSQL, built on Dask's local scheduler: the synopsis of the normal build."""
-    cols, gb = ["q", "x", "y", "d", "z", "w"], ["g"]
+    cols, gb = ["q", "x", "y", "d", "z", "w", "h"], ["g"]
     meta = any_engine.build_parquet("t", parts, cols, gb, seed=3, **OPTS)
     assert meta["partitions"] == 5 and meta["rows"] == 30_000
     got = store.read(any_engine.con, "t")
     assert got.pairs, "the dependent pair (x, y) has a grid"
     assert len(got.outlier_gid) > 0, "w's tail is set aside"
+    assert got.infos[cols.index("h")].discrete, "h is discrete by its (group, value) pairs"
     assert_same_synopsis(got, reference(parts, cols, gb, seed=3, **OPTS))
     any_engine.validate("t")  # the merged fingerprint is the files'
 

@@ -58,10 +58,13 @@ def test_a_merged_synopsis_counts_every_row(any_engine):
 
     tables = store.SynopsisTables.of(meta["id"], st.infos, [("g", "VARCHAR")])
     rows = store.count_rows(any_engine.con, tables.table("sample"))
-    rule = b.OutlierRule.from_json(json.loads(meta["options"]).get("outliers"), len(st.infos))
+    stored = json.loads(meta["options"])  # the sample's bounds and decimals (None: exact, the whole table)
+    rule = b.OutlierRule.from_json(stored.get("outliers"), len(st.infos))
+    assert stored["sample_decimals"] == [None] * len(st.infos)
     assert meta["size_bytes"] == b.synopsis_bytes(any_engine.con, tables, rows,
                                                   b.row_costs(st.infos, len(groups), 10000,
-                                                              b.BuildOptions(max_bins=40), rule))
+                                                              b.BuildOptions(max_bins=40), rule,
+                                                              stored["sample_decimals"]))
     assert meta["size_bytes"] < store.stored_bytes(any_engine.con, tables, *store.KINDS[:4], "edges", "groups")
     for j, info in enumerate(st.infos):
         v = frame[info.name].to_numpy(dtype=float)

@@ -74,6 +74,7 @@ from densitas.aqp.store import (
     catalog_ids,
     cell_map,
     count_rows,
+    decode_sample,
     drop_synopsis,
     edges_layout,
     ensure_schema,
@@ -1030,8 +1031,8 @@ MIN_SUM_RES = 4
 def write_sum_grids(con: Connector, tables: SynopsisTables, binned: Binned, infos: list[ColumnInfo], plan: Plan,
                     opts: BuildOptions) -> list[int]:
     """Per column, per (group, cell of the column's sum grid), the row count and every numeric column's sum and
-    non-NULL count (SUM/AVG of one column under predicates on another); returns each column's resolution, the
-    finest whose dense size fits the sum grids' share of the budget."""
+    non-NULL count (SUM/AVG of one column under predicates on another); returns each column's resolution
+    (:func:`sum_grid_resolutions`)."""
     lay = tables.sums
     numeric = [j for j, info in enumerate(infos) if info.numeric]
     nullable = [j for j in numeric if infos[j].nullable]
@@ -1306,11 +1307,14 @@ def sample_decimals(infos: Sequence[ColumnInfo], rule: OutlierRule | None = None
     about ``SAMPLE_BITS`` + 1 to 4 bits a value instead of 53 (its ALP-RD on full-precision doubles), so the
     same bytes hold about twice the sample rows of a table of such columns.
 
-    A stored value is within half a step, at most ``2^-(SAMPLE_BITS + 1)`` of the range, of the row's own: a SUM
-    of ``m`` such values moves by at most ``m`` half-steps, which the answer's interval adds
-    (:meth:`~densitas.aqp.synopsis.Synopsis.estimate`); a row that close to a predicate's bound may fall on its
-    other side, as any one sample row's place in the box moves the estimate within its sampling error. The rows of
-    a group sampled whole keep their exact values (:func:`draw_sample`): their answers are exact.
+    A value is stored as an integer code, rounded down but kept in the row's fine bin (:func:`sample_value`):
+    within a step, at most ``2^-SAMPLE_BITS`` of the range, of the row's own. A SUM of ``m`` such values moves by
+    less than ``m`` steps, which the answer's interval adds (:meth:`~densitas.aqp.synopsis.Synopsis.estimate`);
+    a row stored within a step of a predicate's bound may lie on either side of it: the interval adds such rows
+    at their weight and value (``Synopsis._doubtful``). Where a group would be sampled whole, or the sample is
+    the whole table, no column is rounded (``build``): such a group's answers stay exact (codes and exact values
+    cannot share a column). A column whose values lie so far from 0 against their range that a
+    DOUBLE cannot hold them to the step (``|v| · 2^-52`` above a quarter step) keeps its exact values.
 
     Examples
     --------
@@ -1329,21 +1333,53 @@ def sample_decimals(infos: Sequence[ColumnInfo], rule: OutlierRule | None = None
         span = hi - lo
         if info.step > 0 or info.discrete or info.kind != "float" or not (math.isfinite(span) and span > 0):
             out.append(None)
-        else:
-            out.append(-math.floor(math.log10(span * 2.0 ** -SAMPLE_BITS)))
+            continue
+        d = -math.floor(math.log10(span * 2.0 ** -SAMPLE_BITS))
+        held = max(abs(lo), abs(hi)) * 2.0 ** -52 <= 0.25 * 10.0 ** -d  # a DOUBLE's spacing there
+        out.append(d if held else None)
     return out
 
 
-def sample_value(v: exp.Expression, decimals: int | None, whole: exp.Expression) -> exp.Expression:
-    """A sample row's stored value of one column: ``v`` rounded to ``decimals`` places (:func:`sample_decimals`)
-    unless ``whole`` (the row's group is sampled whole) or ``decimals`` is None. Written ``ROUND(v * 10^d) /
-    10^d`` (``ROUND(v / 10^-d) * 10^-d`` for a negative ``d``): PostgreSQL rounds a DOUBLE to an integer only."""
+def sample_value(v: exp.Expression, decimals: int | None, edge: exp.Expression | None = None) -> exp.Expression:
+    """A sample row's stored value of one column: ``v`` itself where ``decimals`` is None, else its integer code
+    at ``decimals`` decimal places (:func:`sample_decimals`): ``FLOOR(v * 10^d)``, but not below the code of
+    ``edge``, the lower edge of the row's fine bin, rounded up (``CEIL(LEAST(edge, v) * 10^d)``), so that the
+    value it stands for (:func:`~densitas.aqp.store.decode_sample`) stays in the row's bin, within a step of ``v``.
+    Stored as integers, the codes compress to the bits of their range whatever their order (DuckDB's ALP on
+    the decimals themselves: 21.8 bits a value in one order, 32.4 in another, measured). ``10^-d`` divides
+    instead for a negative ``d``.
+
+    Examples
+    --------
+    >>> sample_value(exp.column("x"), 3).sql("duckdb")
+    'FLOOR(x * 1000)'
+    """
     if decimals is None:
         return v
     p = _num(10 ** abs(decimals))
-    rounded = exp.Div(this=exp.Round(this=exp.Mul(this=v.copy(), expression=p)), expression=p.copy()) \
-        if decimals >= 0 else exp.Mul(this=exp.Round(this=exp.Div(this=v.copy(), expression=p)), expression=p.copy())
-    return exp.case().when(whole, v.copy()).else_(rounded)
+
+    def scaled(x: exp.Expression) -> exp.Expression:
+        return exp.Mul(this=x, expression=p.copy()) if decimals >= 0 else exp.Div(this=x, expression=p.copy())
+
+    down = exp.Floor(this=scaled(v.copy()))
+    if edge is None:
+        return down
+    kept = exp.Greatest(this=down, expressions=[exp.Ceil(this=scaled(exp.Least(this=edge.copy(),
+                                                                                  expressions=[v.copy()])))])
+    return exp.case().when(exp.Is(this=v.copy(), expression=exp.Null()), exp.Null()).else_(kept)
+
+
+def with_bin_edges(q: exp.Select, row: str, edges: exp.Table, decimals: Sequence[int | None]) -> exp.Select:
+    """``q`` (rows ``row`` of a binned table) joined, for each column rounded in the sample (``decimals`` not
+    None), with its row's fine bin in the synopsis' ``edges`` table as ``e<j>``: :func:`sample_value` keeps the
+    rounded value in the bin."""
+    for j, d in enumerate(decimals):
+        if d is None:
+            continue
+        e = f"e{j}"
+        on = exp.and_(_col("col", e).eq(_num(j)), _col("bin", e).eq(_col(f"b{j}", row)))
+        q = q.join(exp.alias_(edges.copy(), e, table=True, quoted=True), on=on, join_type="left")
+    return q
 
 
 def _bits(values: float) -> int:
@@ -1370,9 +1406,9 @@ def sum_bits(info: ColumnInfo, n_rows: int) -> int:
 
 @dataclass(frozen=True)
 class RowCosts:
-    """Bytes one stored row of the histograms, sum grids, pair grids and sample counts for against the budget
-    (the small ``edges`` and ``groups`` tables count at their layouts' widths, a group also its run in the
-    sample's group column: :data:`GROUP_RUN_BYTES`).
+    """Bytes one stored row of the histograms, sum grids, pair grids, bin edges and sample counts for against the
+    budget (the small ``groups`` table counts at its layout's width, a group also its run in the sample's group
+    column: :data:`GROUP_RUN_BYTES`; the ``edges`` rows at their layout's width unless :meth:`compact`).
 
     The budget is a fraction of the table's *compressed* storage, and DuckDB stores a synopsis' tables
     compressed as well (integers frame-of-reference bit-packed, doubles on a decimal grid by ALP): so that the
@@ -1491,30 +1527,35 @@ def synopsis_bytes(con: Connector, tables: SynopsisTables, sample_rows: int, cos
         + round(sample_rows * costs.sample)
 
 
-def draw_sample(con: Connector, tables: SynopsisTables, binned: Binned, plan: Plan, n_rows: int,
-                opts: BuildOptions, decimals: Sequence[int | None] | None = None) -> Sample:
-    """The stratified sample (:func:`sample_quotas` rows per group): each group's first rows in a seeded hash
-    order of the table's row ids; returns its size and thresholds (:class:`Sample`). The sample gets what the
-    other tables left of the budget, at most ``max_sample_rows`` (``sample_size`` when given). Values are stored
-    rounded to ``decimals`` (:func:`sample_decimals`, None: exact), but in groups sampled whole.
-
-    A hash pre-filter keeps the sort small: it passes about ``2·q_g + 50`` rows of a group, and the ``q_g``
-    smallest hashes always pass it; where it passes too few (vanishingly rare) the draw runs without it.
-    """
-    k = binned.n_columns
+def sample_plan(con: Connector, tables: SynopsisTables, plan: Plan, n_rows: int, opts: BuildOptions, k: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Each group's sample quota (:func:`sample_quotas`, of the rows :func:`sample_target` leaves the sample once
+    the grids are written) and its rows."""
     used = plan.costs.of(con, tables, "marg", "sums", "pairs", "outliers", "edges", "groups")
     n_sample = sample_target(opts, plan.budget, used, k, n_rows, plan.costs.sample)
     groups = tables.groups.table(tables.id)
     gsizes = np.array(con.fetch_rows(sqlglot.select(_col("n")).from_(groups).order_by(_col("gid"))),
                       dtype=np.int64).ravel()
-    quota = sample_quotas(gsizes, n_sample, bool(opts.sample_size))
+    return sample_quotas(gsizes, n_sample, bool(opts.sample_size)), gsizes
+
+
+def draw_sample(con: Connector, tables: SynopsisTables, binned: Binned, plan: Plan, n_rows: int,
+                opts: BuildOptions, decimals: Sequence[int | None] | None = None) -> Sample:
+    """The stratified sample (:func:`sample_quotas` rows per group): each group's first rows in a seeded hash
+    order of the table's row ids; returns its size and thresholds (:class:`Sample`). The sample gets what the
+    other tables left of the budget, at most ``max_sample_rows`` (``sample_size`` when given). Values are stored
+    rounded to ``decimals`` (:func:`sample_decimals`, None: exact).
+
+    A hash pre-filter keeps the sort small: it passes about ``2·q_g + 50`` rows of a group, and the ``q_g``
+    smallest hashes always pass it; where it passes too few (vanishingly rare) the draw runs without it.
+    """
+    k = binned.n_columns
+    quota, gsizes = sample_plan(con, tables, plan, n_rows, opts, k)
     frac = np.minimum(1.0, (2 * quota + 50) / np.maximum(gsizes, 1))
     con.create_temp_table(QUOTA, pd.DataFrame({"gid": np.arange(len(quota), dtype=np.int64),
                                                "q": np.asarray(quota, dtype=np.int64),
-                                               "frac": np.asarray(frac, dtype=np.float64),
-                                               "whole": (quota >= gsizes).astype(np.int64)}))
+                                               "frac": np.asarray(frac, dtype=np.float64)}))
     decimals = list(decimals) if decimals is not None else [None] * binned.n_columns
-    whole = _col("whole").eq(_num(1))
     key = exp.func("coalesce", _col("_densitas_rid", "b"), con.row_id(BINNED, qualifier="b"))
     h = seeded_hash(con, key)  # the seed's salt is the statement's one parameter
     hashed = sqlglot.select(exp.Column(this=exp.Star(), table=exp.to_identifier("b", quoted=True)),
@@ -1529,10 +1570,12 @@ def draw_sample(con: Connector, tables: SynopsisTables, binned: Binned, plan: Pl
     for cond in (con.hash_unit(_col("h")) < _col("frac"), exp.true()):
         ranked = sqlglot.select(exp.Star(), exp.alias_(rn.copy(), "rn", quoted=True)) \
             .from_(hashed.subquery("x")).join(exp.table_(QUOTA, quoted=True), using=["gid"]).where(cond)
-        rows = sqlglot.select(exp.alias_(exp.cast(_col("gid"), lay.columns[0].sql_type), "gid", quoted=True),
-                              *(exp.alias_(sample_value(binned.v(j), decimals[j], whole), f"v{j}", quoted=True)
-                                for j in range(k))).from_(ranked.subquery("t")) \
-            .where(_col("rn") <= _col("q")).order_by(_col("gid"), _col("rn"))
+        rows = with_bin_edges(
+            sqlglot.select(exp.alias_(exp.cast(_col("gid", "t"), lay.columns[0].sql_type), "gid", quoted=True),
+                           *(exp.alias_(sample_value(_col(f"v{j}", "t"), decimals[j], _col("lo", f"e{j}")), f"v{j}",
+                                        quoted=True) for j in range(k))).from_(ranked.subquery("t")),
+            "t", tables.table("edges"), decimals) \
+            .where(_col("rn", "t") <= _col("q", "t")).order_by(_col("gid", "t"), _col("rn", "t"))
         con.execute(exp.delete(target))
         con.execute(exp.insert(rows, target), [salt])
         if con.fetch_rows(sqlglot.select(_count()).from_(target))[0][0] >= quota.sum():
@@ -1632,6 +1675,9 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
         # values on no value grid those of the decimals they are rounded to
         decimals = sample_decimals(infos, rule) if opts.compact_sample else [None] * len(infos)
         plan.costs = row_costs(infos, plan.n_groups, stats.rows, opts, rule, decimals)
+        if planned_sample(opts, plan, stats.rows) >= stats.rows:  # the sample is the table: exact values, answers
+            decimals = [None] * len(infos)
+            plan.costs = row_costs(infos, plan.n_groups, stats.rows, opts, rule, decimals)
         plan.sample_bytes = sample_bytes(opts, plan.budget, plan.costs, stats.rows, plan.n_groups,
                                          count_rows(con, tables.table("outliers")))
         write_histograms(con, tables, binned, infos)
@@ -1641,9 +1687,14 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
         scores = probe_dependence(con, binned, plan, probe_grids if opts.independent_pairs else None)
         grids = write_pair_grids(con, tables, binned, infos, plan, scores, opts, say, probe_grids)
         say("sample", 0.9)
+        if any(d is not None for d in decimals):
+            quota, gsizes = sample_plan(con, tables, plan, stats.rows, opts, len(infos))
+            if (quota >= gsizes).any():  # a group sampled whole keeps its exact values and answers: none rounded
+                decimals = [None] * len(infos)  # (codes and exact values cannot share a column)
+                plan.costs = row_costs(infos, plan.n_groups, stats.rows, opts, rule, decimals)
         sample = draw_sample(con, tables, binned, plan, stats.rows, opts, decimals)
         say("bandwidths", 0.95)
-        bandwidths = _bandwidths(con, tables, infos, opts.bandwidth)
+        bandwidths = _bandwidths(con, tables, infos, opts.bandwidth, decimals)
         meta = {"table_name": table, "id": tables.id, "version": FORMAT_VERSION,
                 "build_seconds": time.perf_counter() - t0, "rows": stats.rows, "fingerprint": stats.fingerprint,
                 "columns": json.dumps([i.to_dict() for i in infos]), "group_by": json.dumps(cols.group_by),
@@ -1812,8 +1863,10 @@ def _before_swap(meta: dict) -> None:
     """Hook just before the new synopsis replaces the old one (tests make it fail to check atomicity)."""
 
 
-def _bandwidths(con: Connector, tables: SynopsisTables, infos: list[ColumnInfo], method: str) -> list[float]:
-    """Per-column KDE bandwidths on the sample (:func:`densitas.kde.bandwidth`; 0 for discrete columns)."""
+def _bandwidths(con: Connector, tables: SynopsisTables, infos: list[ColumnInfo], method: str,
+                decimals: Sequence[int | None] | None = None) -> list[float]:
+    """Per-column KDE bandwidths on the sample (:func:`densitas.kde.bandwidth`; 0 for discrete columns), its
+    values stored at ``decimals`` (:func:`sample_value`)."""
     from densitas.kde import bandwidth
 
     out = []
@@ -1822,6 +1875,7 @@ def _bandwidths(con: Connector, tables: SynopsisTables, infos: list[ColumnInfo],
         v_j = _col(f"v{j}")
         q = sqlglot.select(exp.alias_(v_j, "v", quoted=True)).from_(sample).where(v_j.copy().is_(exp.null()).not_())
         v = np.asarray(con.fetch_numpy(q)["v"], dtype=np.float64)
+        v = decode_sample(v[:, None], [decimals[j]])[:, 0] if decimals else v  # integer codes back to values
         if info.discrete or len(v) < 2 or np.ptp(v) == 0:
             out.append(0.0)
             continue

@@ -382,7 +382,8 @@ class Engine:
             with np.errstate(invalid="ignore"):
                 # plus float rounding of the stored sums (the database sums decimals exactly), and the rounding
                 # of the sample's values where the answer reads them (Synopsis.estimate's slack)
-                half = z * sd + ROUNDING * np.abs(np.nan_to_num(val)) + np.asarray(r.get("slack", 0.0))
+                magnitude = np.maximum(np.abs(np.nan_to_num(val)), r.get("magnitude", 0.0))
+                half = z * sd + ROUNDING * magnitude + np.asarray(r.get("slack", 0.0))
                 low, high = val - half, val + half
             if r["func"] == "count":
                 val, low, high = np.maximum(val, 0.0), np.maximum(low, 0.0), np.maximum(high, 0.0)

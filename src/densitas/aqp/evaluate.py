@@ -216,8 +216,8 @@ def coverage_met(coverage: float, scored: int) -> bool:
     """Whether ``scored`` 95% intervals (the answers that are not exact) covering ``coverage`` of their truths meet
     the coverage goal: within 90–98%, judged on at least :data:`MIN_SCORED` of them. Fewer cannot tell a rate
     to that width (one covered answer reads 100%, one miss 0%): they meet it unless they miss more often than 95%
-    intervals would, a one-sided binomial test at 5% (no answers to score: met; one miss among fewer than 20:
-    not, as 0.95^1 leaves exactly 5%).
+    intervals would, a one-sided binomial test at 5% (no answers to score: met; one answer alone that misses:
+    not, as P = 5% exactly).
 
     Examples
     --------

@@ -244,8 +244,9 @@ def global_step(files: list[str], columns: Sequence[str] | None, group_by: Seque
         infos = cols.infos
         ensure_schema(src)
         stats = b.read_statistics(src, SOURCE, cols, fingerprint=False)
-        plan = b.plan_bins(infos, b.count_groups(src, SOURCE, cols.group_by, opts.max_groups), opts,
-                           stats.table_bytes, stats.rows)
+        n_groups = b.count_groups(src, SOURCE, cols.group_by, opts.max_groups)
+        b.count_cells(src, SOURCE, cols, opts.max_bins)  # as a normal build: a column's (group, value) pairs
+        plan = b.plan_bins(infos, n_groups, opts, stats.table_bytes, stats.rows)
         b.find_bin_edges(src, SOURCE, infos, plan, stats.rows, opts.seed)
         sid = uuid.uuid4().hex[:12]
         tables = SynopsisTables.of(sid, infos, cols.group_types)

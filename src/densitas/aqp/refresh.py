@@ -264,7 +264,7 @@ def refresh(con: Connector, table: str, *, verify: bool = False) -> RefreshResul
                         "bandwidths": json.dumps([h * shrink for h in json.loads(meta["bandwidths"] or "[]")]),
                         "size_bytes": b.synopsis_bytes(con, new, sample_rows, b.row_costs(
                             infos, count_rows(con, new.table("groups")), int(meta["rows"]) + delta.rows,
-                            _build_options(meta), rule, opts.get("sample_decimals"))),
+                            _build_options(meta), rule, opts.get("sample_decimals") or [None] * len(infos))),
                         "table_bytes": con.table_bytes(table)}
             b.swap_catalog(con, new_meta, catalog_ids(con, table))
     if reason is not None:
@@ -355,13 +355,15 @@ def _merge_sample(con: Connector, binned: b.Binned, old: SynopsisTables, new: Sy
     key = exp.func("coalesce", b._col("_densitas_rid", "b"), con.row_id(binned.name, qualifier="b"))
     unit = con.hash_unit(b.seeded_hash(con, key))
     k = binned.n_columns
-    # appended rows are stored as the build stored its own (build.sample_decimals), exact in groups sampled whole
+    # appended rows are stored as the build stored its own (build.sample_decimals)
     decimals = opts.get("sample_decimals") or [None] * k
-    whole = b._col("t", "th") >= b._num(1)
+    # rounded down within the row's fine bin, whose lower edge the old synopsis' edges table holds (a bin's edge
+    # does not move in a refresh but the first one's, down, which sample_value's LEAST(edge, v) keeps the row over)
     appended = sqlglot.select(exp.alias_(exp.cast(b._col("gid", "b"), lay.columns[0].sql_type), "gid", quoted=True),
-                              *(exp.alias_(b.sample_value(b._col(f"v{j}", "b"), decimals[j], whole), f"v{j}",
-                                           quoted=True) for j in range(k))) \
-        .from_(exp.alias_(binned.table, "b", table=True, quoted=True)) \
+                              *(exp.alias_(b.sample_value(b._col(f"v{j}", "b"), decimals[j], b._col("lo", f"e{j}")),
+                                           f"v{j}", quoted=True) for j in range(k))) \
+        .from_(exp.alias_(binned.table, "b", table=True, quoted=True))
+    appended = b.with_bin_edges(appended, "b", old.table("edges"), decimals) \
         .join(exp.alias_(exp.table_(THRESHOLDS, quoted=True), "th", table=True, quoted=True),
               on=b._col("gid", "b").eq(b._col("gid", "th"))) \
         .where(unit < b._col("t", "th"))

@@ -445,8 +445,27 @@ def read(con: Connector, table_name: str) -> StoredSynopsis:
     scores = {(int(a), int(b)): float(v) for a, b, v in grids["scores"]}
 
     s_gid, s_vals = _rows(con, table(f"sample_{sid}"), len(infos))
+    s_vals = decode_sample(s_vals, json.loads(meta.get("options") or "{}").get("sample_decimals"))
     o_gid, o_vals = _rows(con, table(f"outliers_{sid}"), len(infos))
     return StoredSynopsis(meta, infos, groups, marg, sums, pairs, scores, s_gid, s_vals, o_gid, o_vals)
+
+
+def decode_sample(vals: np.ndarray, decimals: list | None) -> np.ndarray:
+    """The sample's values ``(rows, columns)`` from their stored form: a column stored as integer codes at
+    ``decimals[j]`` decimal places (:func:`densitas.aqp.build.sample_value`) divided back to its line.
+
+    Examples
+    --------
+    >>> decode_sample(np.array([[123456.0, 7.0], [np.nan, 8.0]]), [4, None]).tolist()
+    [[12.3456, 7.0], [nan, 8.0]]
+    """
+    if not decimals:
+        return vals
+    out = np.array(vals, dtype=np.float64, copy=True)
+    for j, d in enumerate(decimals):
+        if d is not None:
+            out[:, j] = out[:, j] / 10.0 ** d if d >= 0 else out[:, j] * 10.0 ** -d
+    return out
 
 
 def _rows(con: Connector, tbl: exp.Table, k: int) -> tuple[np.ndarray, np.ndarray]:

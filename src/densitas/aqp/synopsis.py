@@ -316,9 +316,10 @@ class Synopsis:
         self.pairs = {p.cols: p for p in pairs}
         self.scores = scores
         self.bandwidths = json.loads(meta.get("bandwidths") or "[]")
-        # half the step each column's sample values are rounded to (build.sample_decimals; 0: exact values)
+        # the step each column's sample values are rounded to (build.sample_decimals, build.sample_value; 0:
+        # exact values): a stored value r stands for a row's value within a step of it, in the same fine bin
         decimals = json.loads(meta.get("options") or "{}").get("sample_decimals") or [None] * len(infos)
-        self.half_step = np.array([0.0 if d is None else 0.5 * 10.0 ** -d for d in decimals])
+        self.step = np.array([0.0 if d is None else 10.0 ** -d for d in decimals])
         # the sample, sorted by group; values NaN where NULL
         order = np.argsort(sample_gid, kind="stable")
         self.s_gid = sample_gid[order].astype(np.int64)
@@ -459,25 +460,25 @@ class Synopsis:
         none = ~(held[:, 1:] & ~(known & ~reached)).any(axis=1)
         return every, none
 
-    def _doubtful(self, cols: tuple[int, ...], box: dict, support: np.ndarray) -> _Doubt:
+    def _doubtful(self, cols: tuple[int, ...], box: dict, reads: bool, empty: np.ndarray) -> _Doubt:
         """The sample rows whose place in the box the rounding of their stored values leaves in doubt
-        (:func:`~densitas.aqp.build.sample_decimals`): a value of a predicate column within half a step of one of
-        its condition's bounds, in a group the sample does not hold whole (those keep exact values) and an answer
-        that reads the sample (``support`` finite). Such a row may lie on either side of the bound; per group,
-        their weight ``N_g / n_g`` and their weighted values bound what that can move an answer by."""
+        (:func:`~densitas.aqp.build.sample_decimals`): a stored value ``r`` of a predicate column (the row's
+        within a step of it) within a step of one of its condition's bounds, where the answer reads the sample
+        (``reads``; not in the groups ``empty``). Such a row may lie on either side of the bound; per group, their
+        weight ``N_g / n_g`` and their weighted values bound what that can move an answer by."""
         doubt = np.zeros(len(self.s_gid), dtype=bool)
         for u in cols:
-            h = self.half_step[u]
+            h = self.step[u]
             if h <= 0:
                 continue
             v = self._vals_by_col[u]
             for lo, _, hi, _ in box[u]:
                 for bound in (lo, hi):
                     if math.isfinite(bound):
-                        doubt |= np.abs(v - bound) <= h * (1 + 1e-9)
-        if not doubt.any():
+                        doubt |= np.abs(bound - v) <= h * (1 + 1e-9)
+        if not reads or not doubt.any():
             return _Doubt(np.zeros(len(self.N)), None, None)
-        doubt &= (self._partial & np.isfinite(support))[self.s_gid]
+        doubt &= ~empty[self.s_gid]
         w = np.where(doubt, (self.N / np.maximum(self.n, 1))[self.s_gid], 0.0)
         return _Doubt(np.bincount(self.s_gid, w, minlength=len(self.N)), w, self)
 
@@ -683,7 +684,8 @@ class Synopsis:
             nn = self._count_key(a.column)
             needs += [nn] if a.func == "count" else [("s" if a.func == "sum" else "d", j), nn]
         keys = list(dict.fromkeys([("n", None), *needs]))  # row counts always: empty groups are dropped
-        est, var_fn, support = (self._grid if method == "grid" else self._kde)(cols, box, keys)
+        # reads: whether the answer reads the sample's values (not held exactly by the grids)
+        est, var_fn, support, reads = (self._grid if method == "grid" else self._kde)(cols, box, keys)
         if empty.any():  # a condition keeps none of these groups' rows: their grid totals are 0, surely
             est, var_fn, support = _without(empty, est, var_fn, support)
         if len(self.o_gid):
@@ -710,7 +712,8 @@ class Synopsis:
         sampled = np.isfinite(sup)
         thin = (np.bincount(codes, sampled, minlength=m) > 0) & \
             (np.bincount(codes, np.where(sampled, sup, 0.0), minlength=m) < MIN_SUPPORT)
-        doubt = self._doubtful(cols, box, support)
+        doubt = self._doubtful(cols, box, reads, empty)
+        reading = np.full(len(self.N), float(reads)) * ~empty  # groups whose answer reads the sample's values
         results = []
         for a in q.aggregates:
             if a.func == "count":
@@ -723,10 +726,10 @@ class Synopsis:
             j = self.index[a.column]
             kn = keys.index(self._count_key(a.column))
             cnt = np.bincount(codes, est[gids, kn], minlength=m)
-            # the rounding of the sample's values (build.sample_decimals), added to the interval's half-width: at
-            # most half a step a value the answer reads from the sample, and every row whose place in the box the
+            # the rounding of the sample's values (build.sample_decimals), added to the interval's half-width: less
+            # than a step a value the answer reads from the sample, and every row whose place in the box the
             # rounding leaves in doubt (_doubtful) counted at its weight and value
-            slack = np.bincount(codes, np.where(sampled, np.abs(est[gids, kn]), 0.0), minlength=m) * self.half_step[j]
+            slack = np.bincount(codes, np.abs(est[gids, kn]) * reading[gids], minlength=m) * self.step[j]
             slack = slack + np.bincount(codes, doubt.value(j)[gids], minlength=m)
             if a.func == "sum":
                 ks = keys.index(("s", j))
@@ -745,9 +748,10 @@ class Synopsis:
             with np.errstate(divide="ignore", invalid="ignore"):
                 moved = np.bincount(codes, doubt.weight[gids], minlength=m)  # rows the doubt may add or drop
                 slack = slack + np.abs(np.nan_to_num(c + mean_dev)) * moved
-                slack = np.where(slack > 0, slack / cnt, 0.0)
+                slack = np.where(slack > 0, slack / np.abs(cnt), 0.0)
             results.append({"alias": a.alias, "func": "avg", "value": c + mean_dev, "var": v, "count": cnt,
-                            "thin": thin, "bounds": self._avg_bounds(j, box), "slack": slack})
+                            "thin": thin, "bounds": self._avg_bounds(j, box), "slack": slack,
+                            "magnitude": abs(c)})  # the AVG is c + a mean: float rounding of c's size
         if q.group_by:  # SQL has no row for a group without matching rows: drop groups surely empty
             rows = np.bincount(codes, est[gids, 0], minlength=m)
             rvar = np.bincount(codes, var_fn(gids, [0], [1.0]), minlength=m)
@@ -843,7 +847,7 @@ class Synopsis:
         exact = np.stack([self._unboxed_total(k) for k in keys], axis=1) if not S \
             else self._exact_totals(S, keys, phis, ends)
         if exact is not None:  # no predicate (the fine histograms), or discrete predicate columns whose grids hold
-            return exact, lambda gids, ks, ws: np.zeros(len(gids)), self._support(None)  # the answer: exact
+            return exact, lambda gids, ks, ws: np.zeros(len(gids)), self._support(None), False  # exact
         tree = self._forest(S)
         memo: dict = {}  # messages under the box's own factors (the row-count key's)
         E = [self._expect(comp, tree.adj, phis, memo) for comp in tree.comps]
@@ -872,7 +876,7 @@ class Synopsis:
             scatter, moment = np.einsum("gk,gjkl,gl->jg", W, quadratic[gids], W)
             return interval_variance(totals.residual_variance(gids, scatter, ks), place[gids] * moment)
 
-        return totals.value, var_fn, self._support(rows)
+        return totals.value, var_fn, self._support(rows), True
 
     # ---- the steps of the grid estimator ----------------------------------------------------------------------
     def _exact_totals(self, S: list[int], keys: list, phis: dict, ends: dict) -> np.ndarray | None:
@@ -1025,7 +1029,8 @@ class Synopsis:
         return np.where(den > 0, num / np.where(den > 0, den, 1), 0.0).take(run)
 
     def _sample_bins(self) -> np.ndarray:
-        """(n, J): each sample row's fine bin per column (0 = NULL), as the build assigned them."""
+        """(n, J): each sample row's fine bin per column (0 = NULL), from its stored value: as the build assigned
+        it (a rounded value, build.sample_decimals, is kept in its bin)."""
         if self._s_bins is None:
             b = np.zeros(self.s_vals.shape, dtype=np.int64)
             for j, info in enumerate(self.infos):
@@ -1408,7 +1413,7 @@ class Synopsis:
                 out[t] = self.N[g] ** 2 * u.var(ddof=1) / (b - a) * max(0.0, 1 - (b - a) / self.N[g])
             return out
 
-        return est, var_fn, np.full(G, np.inf)
+        return est, var_fn, np.full(G, np.inf), True
 
 
 def _without(empty: np.ndarray, est: np.ndarray, var_fn, support: np.ndarray):
