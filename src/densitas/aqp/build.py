@@ -1311,9 +1311,9 @@ def sample_decimals(infos: Sequence[ColumnInfo], rule: OutlierRule | None = None
     within a step, at most ``2^-SAMPLE_BITS`` of the range, of the row's own. A SUM of ``m`` such values moves by
     less than ``m`` steps, which the answer's interval adds (:meth:`~densitas.aqp.synopsis.Synopsis.estimate`);
     a row stored within a step of a predicate's bound may lie on either side of it: the interval adds such rows
-    at their weight and value (``Synopsis._doubtful``). Where a group would be sampled whole, or the sample is
-    the whole table, no column is rounded (``build``): such a group's answers stay exact (codes and exact values
-    cannot share a column). A column whose values lie so far from 0 against their range that a
+    at their weight and value (``Synopsis._doubtful``). Where a group would be sampled whole (every group, where
+    the sample is the table), no column is rounded (``build``): such a group's answers stay exact (codes and
+    exact values cannot share a column). A column whose values lie so far from 0 against their range that a
     DOUBLE cannot hold them to the step (``|v| · 2^-52`` above a quarter step) keeps its exact values.
 
     Examples
@@ -1675,9 +1675,6 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
         # values on no value grid those of the decimals they are rounded to
         decimals = sample_decimals(infos, rule) if opts.compact_sample else [None] * len(infos)
         plan.costs = row_costs(infos, plan.n_groups, stats.rows, opts, rule, decimals)
-        if planned_sample(opts, plan, stats.rows) >= stats.rows:  # the sample is the table: exact values, answers
-            decimals = [None] * len(infos)
-            plan.costs = row_costs(infos, plan.n_groups, stats.rows, opts, rule, decimals)
         plan.sample_bytes = sample_bytes(opts, plan.budget, plan.costs, stats.rows, plan.n_groups,
                                          count_rows(con, tables.table("outliers")))
         write_histograms(con, tables, binned, infos)
@@ -1689,8 +1686,10 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
         say("sample", 0.9)
         if any(d is not None for d in decimals):
             quota, gsizes = sample_plan(con, tables, plan, stats.rows, opts, len(infos))
-            if (quota >= gsizes).any():  # a group sampled whole keeps its exact values and answers: none rounded
-                decimals = [None] * len(infos)  # (codes and exact values cannot share a column)
+            # a group sampled whole (every group, where the sample is the table) keeps its exact values and exact
+            # answers: none rounded (codes and exact values cannot share a column)
+            if (quota >= gsizes).any():
+                decimals = [None] * len(infos)
                 plan.costs = row_costs(infos, plan.n_groups, stats.rows, opts, rule, decimals)
         sample = draw_sample(con, tables, binned, plan, stats.rows, opts, decimals)
         say("bandwidths", 0.95)

@@ -265,24 +265,6 @@ def _starts(m: np.ndarray) -> np.ndarray:
     return np.flatnonzero(np.diff(m, prepend=-1))
 
 
-@dataclass
-class _Doubt:
-    """The rows a query's rounding leaves in doubt (:meth:`Synopsis._doubtful`): per group their summed weight,
-    and per row its weight (None: no row in doubt)."""
-
-    weight: np.ndarray  # (G,)
-    row_weight: np.ndarray | None
-    synopsis: Synopsis | None
-
-    def value(self, j: int) -> np.ndarray:
-        """(G,): the rows' weights times the absolute value of column ``j`` (NULL: 0)."""
-        if self.row_weight is None or self.synopsis is None:
-            return np.zeros_like(self.weight)
-        syn = self.synopsis
-        vals = np.nan_to_num(np.abs(syn._vals_by_col[j]))
-        return np.bincount(syn.s_gid, self.row_weight * vals, minlength=len(self.weight))
-
-
 class Synopsis:
     """Loaded synopsis of one table (see :mod:`densitas.aqp.build`)."""
 
@@ -333,6 +315,7 @@ class Synopsis:
         self._bins_by_col: np.ndarray | None = None
         self._bin_order: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._spreads: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._held: dict[int, np.ndarray] = {}  # per column, which (group, fine bin) holds rows (_whole_or_none)
         self._ends_cache: dict[int, _Ends | None] = {}
         self._cell_bounds: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._cell_indexes: dict[int, np.ndarray] = {}
@@ -455,17 +438,21 @@ class Synopsis:
         for lo, loi, hi, hii in ivals:
             inside |= _accepts(vmin, lo, loi, hi, hii) & _accepts(vmax, lo, loi, hi, hii)
             reached |= ((lo < vmax) | ((lo == vmax) & loi)) & ((hi > vmin) | ((hi == vmin) & hii))
-        held = self.fine[j] > 0  # (G, B + 1): bin 0 holds the NULLs, which no condition keeps
+        held = self._held.get(j)
+        if held is None:  # (G, B + 1): bin 0 holds the NULLs, which no condition keeps
+            held = self._held[j] = self.fine[j] > 0
         every = ~held[:, 0] & ~(held[:, 1:] & ~(known & inside)).any(axis=1)
         none = ~(held[:, 1:] & ~(known & ~reached)).any(axis=1)
         return every, none
 
-    def _doubtful(self, cols: tuple[int, ...], box: dict, reads: bool, empty: np.ndarray) -> _Doubt:
-        """The sample rows whose place in the box the rounding of their stored values leaves in doubt
-        (:func:`~densitas.aqp.build.sample_decimals`): a stored value ``r`` of a predicate column (the row's
-        within a step of it) within a step of one of its condition's bounds, where the answer reads the sample
-        (``reads``; not in the groups ``empty``). Such a row may lie on either side of the bound; per group, their
-        weight ``N_g / n_g`` and their weighted values bound what that can move an answer by."""
+    def _doubtful(self, cols: tuple[int, ...], box: dict, reads: bool, empty: np.ndarray) -> np.ndarray | None:
+        """(n,): per sample row, its weight ``N_g / n_g`` where the rounding of its stored values leaves its place
+        in the box in doubt, else 0; None where no row is (:func:`~densitas.aqp.build.sample_decimals`). A stored
+        value ``r`` of a predicate column (the row's within a step of it) within a step of one of its condition's
+        bounds may lie on either side of it, where the answer reads the sample (``reads``; not in the groups
+        ``empty``); the rows' weights and weighted values bound what that can move an answer by."""
+        if not reads or not (self.step[list(cols)] > 0).any():
+            return None
         doubt = np.zeros(len(self.s_gid), dtype=bool)
         for u in cols:
             h = self.step[u]
@@ -476,11 +463,19 @@ class Synopsis:
                 for bound in (lo, hi):
                     if math.isfinite(bound):
                         doubt |= np.abs(bound - v) <= h * (1 + 1e-9)
-        if not reads or not doubt.any():
-            return _Doubt(np.zeros(len(self.N)), None, None)
         doubt &= ~empty[self.s_gid]
-        w = np.where(doubt, (self.N / np.maximum(self.n, 1))[self.s_gid], 0.0)
-        return _Doubt(np.bincount(self.s_gid, w, minlength=len(self.N)), w, self)
+        if not doubt.any():
+            return None
+        return np.where(doubt, (self.N / np.maximum(self.n, 1))[self.s_gid], 0.0)
+
+    def _doubt_total(self, w: np.ndarray | None, j: int | None = None) -> np.ndarray:
+        """(G,): per group, the rows in doubt's weights ``w`` (:meth:`_doubtful`), times ``|value of j|`` when
+        given (NULL: 0)."""
+        if w is None:
+            return np.zeros(len(self.N))
+        if j is not None:
+            w = w * np.nan_to_num(np.abs(self._vals_by_col[j]))
+        return np.bincount(self.s_gid, w, minlength=len(self.N))
 
     def _predicate_columns(self, box: dict) -> tuple[tuple[int, ...], np.ndarray]:
         """The columns whose conditions cut some group's rows in part, in column order, and per group whether a
@@ -713,6 +708,7 @@ class Synopsis:
         thin = (np.bincount(codes, sampled, minlength=m) > 0) & \
             (np.bincount(codes, np.where(sampled, sup, 0.0), minlength=m) < MIN_SUPPORT)
         doubt = self._doubtful(cols, box, reads, empty)
+        moved = self._doubt_total(doubt)  # per group, the weight of the rows the doubt may add or drop
         reading = np.full(len(self.N), float(reads)) * ~empty  # groups whose answer reads the sample's values
         results = []
         for a in q.aggregates:
@@ -721,7 +717,7 @@ class Synopsis:
                 val = np.bincount(codes, est[gids, k], minlength=m)
                 v = np.bincount(codes, var_fn(gids, [k], [1.0]), minlength=m)
                 results.append({"alias": a.alias, "func": "count", "value": val, "var": v, "count": val, "thin": thin,
-                                "slack": np.bincount(codes, doubt.weight[gids], minlength=m)})
+                                "slack": np.bincount(codes, moved[gids], minlength=m)})
                 continue
             j = self.index[a.column]
             kn = keys.index(self._count_key(a.column))
@@ -730,7 +726,7 @@ class Synopsis:
             # than a step a value the answer reads from the sample, and every row whose place in the box the
             # rounding leaves in doubt (_doubtful) counted at its weight and value
             slack = np.bincount(codes, np.abs(est[gids, kn]) * reading[gids], minlength=m) * self.step[j]
-            slack = slack + np.bincount(codes, doubt.value(j)[gids], minlength=m)
+            slack = slack + np.bincount(codes, self._doubt_total(doubt, j)[gids], minlength=m)
             if a.func == "sum":
                 ks = keys.index(("s", j))
                 tot = np.bincount(codes, est[gids, ks], minlength=m)
@@ -746,8 +742,7 @@ class Synopsis:
                 v = np.bincount(codes, var_fn(gids, [ks, kn], [1.0, -np.nan_to_num(mean_dev)[codes]]),
                                 minlength=m) / cnt ** 2
             with np.errstate(divide="ignore", invalid="ignore"):
-                moved = np.bincount(codes, doubt.weight[gids], minlength=m)  # rows the doubt may add or drop
-                slack = slack + np.abs(np.nan_to_num(c + mean_dev)) * moved
+                slack = slack + np.abs(np.nan_to_num(c + mean_dev)) * np.bincount(codes, moved[gids], minlength=m)
                 slack = np.where(slack > 0, slack / np.abs(cnt), 0.0)
             results.append({"alias": a.alias, "func": "avg", "value": c + mean_dev, "var": v, "count": cnt,
                             "thin": thin, "bounds": self._avg_bounds(j, box), "slack": slack,
