@@ -436,7 +436,20 @@ def count_cells(con: Connector, table: str, cols: Columns, max_bins: int) -> Non
     (``info.cells``), in one scan: the rows its histogram and sum grid take at one bin a value. A column a group
     mostly determines (flights' ``distance``: 214 values, but 436 of the 7,490 (carrier x origin, distance) pairs
     occur) then costs its pairs, not groups times values, and may be discrete within a budget that a dense count
-    would refuse (:func:`_marginal_bins`). Without GROUP BY columns a column's pairs are its values."""
+    would refuse (:func:`_marginal_bins`). Without GROUP BY columns a column's pairs are its values.
+
+    Examples
+    --------
+    >>> import duckdb
+    >>> from densitas.aqp.connector import DuckDBConnector
+    >>> con = DuckDBConnector(duckdb.connect())
+    >>> con.execute("CREATE TABLE t AS SELECT i % 4 AS g, (i % 4) * 10 + i % 3 AS x FROM range(1200) r(i)")
+    >>> cols = resolve_columns(con, "t", ["x"], ["g"])
+    >>> _ = read_statistics(con, "t", cols)
+    >>> count_cells(con, "t", cols, max_bins=4096)
+    >>> cols.infos[0].distinct, cols.infos[0].cells     # 12 values, 12 (g, x) pairs of the 48 a dense count takes
+    (12, 12)
+    """
     todo = [info for info in cols.infos if info.distinct <= max_bins]
     if not cols.group_by:
         for info in todo:
@@ -1372,7 +1385,14 @@ def sample_value(v: exp.Expression, decimals: int | None, edge: exp.Expression |
 def with_bin_edges(q: exp.Select, row: str, edges: exp.Table, decimals: Sequence[int | None]) -> exp.Select:
     """``q`` (rows ``row`` of a binned table) joined, for each column rounded in the sample (``decimals`` not
     None), with its row's fine bin in the synopsis' ``edges`` table as ``e<j>``: :func:`sample_value` keeps the
-    rounded value in the bin."""
+    rounded value in the bin.
+
+    Examples
+    --------
+    >>> q = sqlglot.select("*").from_("b")
+    >>> with_bin_edges(q, "b", exp.table_("edges"), [None, 4]).sql("duckdb")
+    'SELECT * FROM b LEFT JOIN edges AS "e1" ON "e1"."col" = 1 AND "e1"."bin" = "b"."b1"'
+    """
     for j, d in enumerate(decimals):
         if d is None:
             continue
@@ -1527,7 +1547,7 @@ def synopsis_bytes(con: Connector, tables: SynopsisTables, sample_rows: int, cos
         + round(sample_rows * costs.sample)
 
 
-def sample_plan(con: Connector, tables: SynopsisTables, plan: Plan, n_rows: int, opts: BuildOptions, k: int
+def _sample_plan(con: Connector, tables: SynopsisTables, plan: Plan, n_rows: int, opts: BuildOptions, k: int
                 ) -> tuple[np.ndarray, np.ndarray]:
     """Each group's sample quota (:func:`sample_quotas`, of the rows :func:`sample_target` leaves the sample once
     the grids are written) and its rows."""
@@ -1550,7 +1570,7 @@ def draw_sample(con: Connector, tables: SynopsisTables, binned: Binned, plan: Pl
     smallest hashes always pass it; where it passes too few (vanishingly rare) the draw runs without it.
     """
     k = binned.n_columns
-    quota, gsizes = sample_plan(con, tables, plan, n_rows, opts, k)
+    quota, gsizes = _sample_plan(con, tables, plan, n_rows, opts, k)
     frac = np.minimum(1.0, (2 * quota + 50) / np.maximum(gsizes, 1))
     con.create_temp_table(QUOTA, pd.DataFrame({"gid": np.arange(len(quota), dtype=np.int64),
                                                "q": np.asarray(quota, dtype=np.int64),
@@ -1685,7 +1705,7 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
         grids = write_pair_grids(con, tables, binned, infos, plan, scores, opts, say, probe_grids)
         say("sample", 0.9)
         if any(d is not None for d in decimals):
-            quota, gsizes = sample_plan(con, tables, plan, stats.rows, opts, len(infos))
+            quota, gsizes = _sample_plan(con, tables, plan, stats.rows, opts, len(infos))
             # a group sampled whole (every group, where the sample is the table) keeps its exact values and exact
             # answers: none rounded (codes and exact values cannot share a column)
             if (quota >= gsizes).any():
