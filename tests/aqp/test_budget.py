@@ -348,13 +348,16 @@ def test_the_sample_stores_full_precision_doubles_rounded_and_says_so(rng):
     n = 60_000
     con = duckdb.connect()
     g = np.where(np.arange(n) < 120, "tiny", rng.choice(["a", "b"], n))
-    con.register("df", pd.DataFrame({"g": g, "x": rng.normal(50.0, 10.0, n), "y": rng.uniform(0, 1, n)}))
+    con.register("df", pd.DataFrame({"g": g, "x": rng.normal(50.0, 10.0, n), "y": rng.uniform(0, 1, n),
+                                     "z": np.round(rng.uniform(0, 100, n), 1)}))  # a DOUBLE on a decimal grid
     con.execute("CREATE TABLE t AS SELECT * FROM df")
     con.execute("CREATE TABLE big AS SELECT * FROM t WHERE g <> 'tiny'")
     eng = Engine(con)
-    meta = eng.build("big", columns=["x", "y"], group_by=["g"], sample_size=3_000, outliers=False)
+    meta = eng.build("big", columns=["x", "y", "z"], group_by=["g"], sample_size=3_000, outliers=False)
     decimals = json.loads(meta["options"])["sample_decimals"]
-    assert decimals[0] is not None and decimals[1] is not None
+    assert None not in decimals
+    # z's values lie on its step's grid: its codes decode to them exactly, and it needs no allowance
+    assert json.loads(meta["options"])["sample_lossless"] == [False, False, True]
     step = 10.0 ** -decimals[0]
     assert step < 1e-6 * (con.execute("SELECT MAX(x) - MIN(x) FROM big").fetchone()[0])
     syn = eng._load("big")
@@ -370,6 +373,10 @@ def test_the_sample_stores_full_precision_doubles_rounded_and_says_so(rng):
         # every stored value in the fine bin of the nearest value of its group (searchsorted on the edges)
         edges = syn.infos[0].edges
         assert np.array_equal(np.searchsorted(edges, got, side="right"), np.searchsorted(edges, near, side="right"))
+    z = syn._vals_by_col[2]
+    assert np.isin(z, con.execute("SELECT z FROM big").fetchnumpy()["z"]).all() and syn.step[2] == 0
+    q = parse(f"SELECT COUNT(*) AS n FROM big WHERE z < {float(z[0])!r} AND y < 0.5")  # a bound at a stored value
+    assert syn.estimate(q)[1][0]["slack"][0] == 0
     # a bound within a step of a sample row's stored value: that row is in doubt, at its weight N_g / n_g
     gid = 0
     r = float(x[syn.s_start[gid]])
@@ -383,6 +390,7 @@ def test_the_sample_stores_full_precision_doubles_rounded_and_says_so(rng):
     # with a group sampled whole, nothing is rounded, and its answers are exact
     meta = eng.build("t", columns=["x", "y"], group_by=["g"], sample_size=3_000, outliers=False)
     assert json.loads(meta["options"])["sample_decimals"] == [None, None]
+    assert json.loads(meta["options"])["sample_lossless"] == [True, True]
     for sql in ("SELECT SUM(x) AS s FROM t WHERE g = 'tiny' AND x < 50 AND y < 0.5",
                 "SELECT AVG(x) AS s FROM t WHERE g = 'tiny' AND y < 0.5"):
         got, want = eng.query(sql), con.execute(sql).fetchone()[0]

@@ -1222,6 +1222,8 @@ class Sample:
 
     rows: int
     thresholds: list[float]
+    # per column, whether its stored values are its rows' own (sample_lossless; every column not rounded)
+    lossless: list[bool] = dataclasses.field(default_factory=list)
 
 
 def seeded_hash(con: Connector, key: exp.Expression) -> exp.Expression:
@@ -1320,7 +1322,8 @@ def sample_decimals(infos: Sequence[ColumnInfo], rule: OutlierRule | None = None
     about ``SAMPLE_BITS`` + 1 to 4 bits a value instead of 53 (its ALP-RD on full-precision doubles), so the
     same bytes hold about twice the sample rows of a table of such columns.
 
-    A value is stored as an integer code, rounded down but kept in the row's fine bin (:func:`sample_value`):
+    A value is stored as an integer code, rounded down (or to itself, on the step's grid) but kept in the row's
+    fine bin (:func:`sample_value`):
     within a step, at most ``2^-SAMPLE_BITS`` of the range, of the row's own. A SUM of ``m`` such values moves by
     less than ``m`` steps, which the answer's interval adds (:meth:`~densitas.aqp.synopsis.Synopsis.estimate`);
     a row stored within a step of a predicate's bound may lie on either side of it: the interval adds such rows
@@ -1365,7 +1368,7 @@ def sample_value(v: exp.Expression, decimals: int | None, edge: exp.Expression |
     Examples
     --------
     >>> sample_value(exp.column("x"), 3).sql("duckdb")
-    'FLOOR(x * 1000)'
+    'CASE WHEN ABS(x * 1000 - ROUND(x * 1000)) <= 1e-6 THEN ROUND(x * 1000) ELSE FLOOR(x * 1000) END'
     """
     if decimals is None:
         return v
@@ -1374,12 +1377,46 @@ def sample_value(v: exp.Expression, decimals: int | None, edge: exp.Expression |
     def scaled(x: exp.Expression) -> exp.Expression:
         return exp.Mul(this=x, expression=p.copy()) if decimals >= 0 else exp.Div(this=x, expression=p.copy())
 
-    down = exp.Floor(this=scaled(v.copy()))
+    def code(x: exp.Expression, rounding: type[exp.Func]) -> exp.Expression:
+        # a value on the step's grid (up to the product's float noise) keeps its own code, so that it decodes to
+        # itself; another is rounded down (a value), or up (an edge)
+        on_grid = exp.Abs(this=exp.Sub(this=x.copy(), expression=exp.Round(this=x.copy()))) \
+            <= exp.Literal.number("1e-6")
+        return exp.case().when(on_grid, exp.Round(this=x.copy())).else_(rounding(this=x.copy()))
+
+    down = code(scaled(v.copy()), exp.Floor)
     if edge is None:
         return down
-    kept = exp.Greatest(this=down, expressions=[exp.Ceil(this=scaled(exp.Least(this=edge.copy(),
-                                                                                  expressions=[v.copy()])))])
+    kept = exp.Greatest(this=down, expressions=[code(scaled(exp.Least(this=edge.copy(), expressions=[v.copy()])),
+                                                     exp.Ceil)])
     return exp.case().when(exp.Is(this=v.copy(), expression=exp.Null()), exp.Null()).else_(kept)
+
+
+def sample_lossless(con: Connector, rows: exp.Expression, edges: exp.Table, decimals: Sequence[int | None],
+                    params: list | None = None) -> list[bool]:
+    """Per column, whether every one of ``rows`` (a table or query of binned rows: values ``v<j>``, bins ``b<j>``;
+    its ``params``) decodes from its code (:func:`sample_value`) to its own value: the sample's rows of a column on
+    the step's decimal grid (weights to a tenth of a kilogram, but for six averaged ones no sample row holds)
+    lose nothing, so its answers need no allowance for the rounding (``decimals[j]`` None: exact, True)."""
+    rounded = [j for j, d in enumerate(decimals) if d is not None]
+    out = [True] * len(decimals)
+    if not rounded:
+        return out
+    parts = []
+    for j in rounded:
+        d, v = decimals[j], _col(f"v{j}", "b")
+        p = _num(10 ** abs(d))
+        code = sample_value(v, d, _col("lo", f"e{j}"))
+        back = exp.Div(this=code, expression=p) if d >= 0 else exp.Mul(this=code, expression=p)
+        parts.append(exp.Sum(this=exp.case().when(exp.and_(exp.Not(this=exp.Is(this=v.copy(), expression=exp.Null())),
+                                                               exp.NEQ(this=back, expression=v.copy())), _num(1))
+                             .else_(_num(0))))
+    source = rows.subquery("b") if isinstance(rows, exp.Query) else exp.alias_(rows.copy(), "b", table=True,
+                                                                                quoted=True)
+    q = with_bin_edges(sqlglot.select(*parts).from_(source), "b", edges, decimals)
+    for j, lost in zip(rounded, con.fetch_rows(q, params or [])[0], strict=True):
+        out[j] = not lost
+    return out
 
 
 def with_bin_edges(q: exp.Select, row: str, edges: exp.Table, decimals: Sequence[int | None]) -> exp.Select:
@@ -1607,9 +1644,11 @@ def draw_sample(con: Connector, tables: SynopsisTables, binned: Binned, plan: Pl
     thresholds = np.where(quota >= gsizes, 1.0, frac)
     for g, t in con.fetch_rows(nxt, [salt]):
         thresholds[int(g)] = float(t)
+    drawn = sqlglot.select(exp.Star()).from_(ranked.subquery("t")).where(_col("rn") <= _col("q"))
+    lossless = sample_lossless(con, drawn, tables.table("edges"), decimals, [salt])  # the drawn rows' values
     _drop(con, binned.table)
     _drop(con, exp.table_(QUOTA, quoted=True))
-    return Sample(int(quota.sum()), thresholds.tolist())
+    return Sample(int(quota.sum()), thresholds.tolist(), lossless)
 
 
 def swap_catalog(con: Connector, meta: dict, old_ids: list[str]) -> None:
@@ -1720,7 +1759,7 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
                 "grids": json.dumps({"pairs": [g.to_dict() for g in grids], "sum_res": sum_res,
                                      "scores": [[a, b, v] for (a, b), v in scores.items()]}),
                 "options": json.dumps({"budget_bytes": plan.budget, "sample_size": sample.rows, "seed": opts.seed,
-                                       "sample_decimals": decimals,
+                                       "sample_decimals": decimals, "sample_lossless": sample.lossless,
                                        "max_bins": opts.max_bins, "append": append,
                                        "thresholds": sample.thresholds, "outliers": rule.to_json(),
                                        "build": dataclasses.asdict(opts)}),

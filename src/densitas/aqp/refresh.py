@@ -376,6 +376,9 @@ def _merge_sample(con: Connector, binned: b.Binned, old: SynopsisTables, new: Sy
         exp.union(kept, appended, distinct=False).subquery("m")).order_by(
         b._col("gid"), b._col("o"), *(b._col(f"v{j}") for j in range(k)))
     con.execute(exp.insert(merged, target), [b.sample_salt(int(opts["seed"]))])
+    if "sample_lossless" in opts:  # still exact only if the appended rows are too
+        grown = b.sample_lossless(con, binned.table, old.table("edges"), decimals)  # every appended row: at most
+        opts["sample_lossless"] = [a and g for a, g in zip(opts["sample_lossless"], grown, strict=True)]
     b._drop(con, exp.table_(THRESHOLDS, quoted=True))
     return int(con.fetch_rows(sqlglot.select(exp.Count(this=exp.Star())).from_(target))[0][0])
 

@@ -300,8 +300,11 @@ class Synopsis:
         self.bandwidths = json.loads(meta.get("bandwidths") or "[]")
         # the step each column's sample values are rounded to (build.sample_decimals, build.sample_value; 0:
         # exact values): a stored value r stands for a row's value within a step of it, in the same fine bin
-        decimals = json.loads(meta.get("options") or "{}").get("sample_decimals") or [None] * len(infos)
-        self.step = np.array([0.0 if d is None else 10.0 ** -d for d in decimals])
+        stored = json.loads(meta.get("options") or "{}")
+        decimals = stored.get("sample_decimals") or [None] * len(infos)
+        lossless = stored.get("sample_lossless") or [False] * len(infos)  # values on the step's grid: exact
+        self.step = np.array([0.0 if d is None or kept else 10.0 ** -d
+                              for d, kept in zip(decimals, lossless, strict=True)])
         # the sample, sorted by group; values NaN where NULL
         order = np.argsort(sample_gid, kind="stable")
         self.s_gid = sample_gid[order].astype(np.int64)
