@@ -39,10 +39,27 @@ ENGINES = ("auto", "exact", "binned")
 LSCV_GRID = 32  # coarse grid over [h0/4, 4 h0] (the papers used 100-200 points; the zoom below refines)
 LSCV_ZOOM = 16  # points per refinement pass
 LSCV_RTOL = 1e-4
-# Floor of LSCV(H)'s search in whitened units (M's diagonal ≥ 1e-8: every bandwidth ≥ 1e-8 of the data's spread
-# along it). Only tied data reach it (LSCV then falls without bound; a DegenerateBandwidthWarning says so);
-# below it M⁻¹ would overflow.
-LOG_DIAG_MIN = math.log(1e-8)
+# Bounds of LSCV(H)'s search in whitened units: every eigenvalue of H̃ within [1e-16, 1e16], every bandwidth
+# within 1e-8 to 1e8 times the data's spread along it. Only tied data reach the floor (LSCV then falls without
+# bound; a DegenerateBandwidthWarning says so; below it M⁻¹ would overflow), and only a line search's trial step
+# the ceiling (where exp(Θ) would overflow)
+LOG_EIG_MIN, LOG_EIG_MAX = 2.0 * math.log(1e-8), 2.0 * math.log(1e8)
+# ... and no two of its eigenvalues more than 1e12 apart (each within this of their mean in log): LSCV(H) of few
+# rows in many dimensions runs off to such H (16-D, 1,000 rows), which in the data's units float64 cannot keep
+# positive definite
+LOG_SPREAD = 0.5 * math.log(1e12)
+
+
+@dataclass
+class _Spectrum:
+    """Θ's eigenvalues ``lam`` and eigenvectors ``u``; the eigenvalues H̃ = exp(Θ) is made of (``used``: within
+    the bounds), which are free (within them), and which are held at a bound that follows the eigenvalues' mean."""
+
+    lam: np.ndarray
+    used: np.ndarray
+    u: np.ndarray
+    free: np.ndarray
+    with_mean: np.ndarray
 
 
 # ------------------------------------------------------------------------------------------ input
@@ -620,25 +637,62 @@ class _LscvScalar:
 
 
 class _LscvMatrix:
-    """LSCV(H) and its gradient over H = L_S M Mᵀ L_Sᵀ, M lower-triangular with a log-diagonal."""
+    """LSCV(H) and its gradient over H = L_S H̃ L_Sᵀ, H̃ = exp(Θ) with Θ symmetric (the matrix exponential: H̃
+    cannot leave the cone), Θ held in the coordinates ``θ = (Θ_ii, √2 Θ_ij for i < j)``, orthonormal for the
+    Frobenius inner product.
+
+    Why these coordinates: whitening by the Cholesky factor ``L_S`` fixes the data only up to a rotation (data
+    ``x Aᵀ`` whiten to ``Q z`` for an orthogonal ``Q``), and LSCV(H̃; Qz) = LSCV(Qᵀ H̃ Q; z). A rotation acts on
+    ``θ`` as an orthogonal map, so BFGS started at ``h²I`` (its first inverse Hessian the identity) takes the
+    rotated steps on rotated data and stops at the transformed minimum: the selector is affine-equivariant, also
+    where LSCV(H) has two minima of nearly equal depth. Over the Cholesky factor ``M`` (the parameterisation
+    before) it is not, and it stopped in either (150 rows: minima 0.9% apart in depth, H 40% apart)."""
 
     def __init__(self, scalar: _LscvScalar):
         self.sc = scalar
         self.d = scalar.d
-        self.tril = np.tril_indices(self.d)
-        self.diag_pos = np.array([i for i, (r, c) in enumerate(zip(*self.tril, strict=True)) if r == c])
+        self.iu = np.triu_indices(self.d, 1)
         self.evals = 0
 
-    def unpack(self, theta: np.ndarray) -> np.ndarray:
-        m = np.zeros((self.d, self.d))
-        m[self.tril] = theta
-        m[np.diag_indices(self.d)] = np.exp(np.maximum(np.diag(m), LOG_DIAG_MIN))
-        return m
+    def symmetric(self, theta: np.ndarray) -> np.ndarray:
+        """Θ from its coordinates ``θ``."""
+        d = self.d
+        t = np.zeros((d, d))
+        t[np.diag_indices(d)] = theta[:d]
+        t[self.iu] = t[self.iu[::-1]] = theta[d:] / math.sqrt(2.0)
+        return t
 
-    def pack(self, m: np.ndarray) -> np.ndarray:
-        m = m.copy()
-        m[np.diag_indices(self.d)] = np.log(np.diag(m))
-        return m[self.tril]
+    def coordinates(self, t: np.ndarray) -> np.ndarray:
+        """``θ`` of a symmetric Θ (the inverse of :meth:`symmetric`)."""
+        return np.concatenate([np.diag(t), math.sqrt(2.0) * t[self.iu]])
+
+    def spectrum(self, theta: np.ndarray) -> _Spectrum:
+        """Θ's eigenvalues and eigenvectors, and the eigenvalues H̃ = exp(Θ) is made of: within
+        :data:`LOG_SPREAD` of their mean (H̃'s condition number at most 1e12, so that H in the data's units stays
+        positive definite in float64) and within [:data:`LOG_EIG_MIN`, :data:`LOG_EIG_MAX`]. Both bounds are
+        functions of the eigenvalues: a rotation of Θ keeps them."""
+        lam, u = np.linalg.eigh(self.symmetric(theta))
+        mean = float(lam.mean())
+        lo, hi = max(mean - LOG_SPREAD, LOG_EIG_MIN), min(mean + LOG_SPREAD, LOG_EIG_MAX)
+        if lo > hi:  # the mean itself beyond an absolute bound: every eigenvalue at it
+            lo = hi = min(max(mean, LOG_EIG_MIN), LOG_EIG_MAX)
+        used = np.clip(lam, lo, hi)
+        # which eigenvalues sit at a bound that moves with the mean (d mean / dΘ = I / d)
+        with_mean = ((lam < lo) & (lo == mean - LOG_SPREAD)) | ((lam > hi) & (hi == mean + LOG_SPREAD))
+        return _Spectrum(lam, used, u, (lam >= lo) & (lam <= hi), with_mean)
+
+    def unpack(self, theta: np.ndarray) -> np.ndarray:
+        """The lower-triangular ``M`` with ``M Mᵀ = H̃ = exp(Θ)`` (from a QR of ``(U e^{Λ/2})ᵀ``: no product
+        squares H̃'s condition number)."""
+        sp = self.spectrum(theta)
+        r = np.linalg.qr((sp.u * np.exp(0.5 * sp.used)).T, mode="r")
+        m = r.T
+        return m * np.sign(np.diag(m))[None, :]  # a positive diagonal
+
+    def pack(self, h_tilde: np.ndarray) -> np.ndarray:
+        """``θ`` of ``log(H̃)``."""
+        lam, u = np.linalg.eigh(0.5 * (h_tilde + h_tilde.T))
+        return self.coordinates((u * np.log(lam)) @ u.T)
 
     def _solve(self, m: np.ndarray) -> torch.Tensor:
         """The rows ``u = M⁻¹ z`` (the distributed selectors solve them in the tasks instead)."""
@@ -665,16 +719,33 @@ class _LscvMatrix:
         # dLSCV/dH̃ = M⁻ᵀ B M⁻¹ (derivation in the module docs of the issue note; checked by finite differences)
         b = (c2 * (-0.5 * sw2 * eye + 2.0 * (0.25 * a1 - 0.5 * s1 * eye))) / (n * n) \
             - 2.0 * c1 * (-0.5 * sww1 * eye + (a2 - s2 * eye)) / (n * (n - 1.0))
-        minv_t = np.linalg.inv(m).T
-        g_m = 2.0 * minv_t @ b  # dF/dM = 2 M⁻ᵀ B for F(M Mᵀ)
-        # Chain rule through the log-diagonal; flat (zero) below its floor, where unpack clamps it.
-        g_m[np.diag_indices(d)] *= np.diag(m) * (theta[self.diag_pos] > LOG_DIAG_MIN)
-        return val, g_m[self.tril]
+        minv = np.linalg.inv(m)
+        g_h = minv.T @ b @ minv  # dF/dH̃ = M⁻ᵀ B M⁻¹
+        return val, self.coordinates(self._through_exp(theta, 0.5 * (g_h + g_h.T)))
+
+    def _through_exp(self, theta: np.ndarray, g_h: np.ndarray) -> np.ndarray:
+        """dF/dΘ from dF/dH̃ for H̃ = f(Θ), f = exp of the bounded eigenvalues (:meth:`spectrum`): the
+        Daleckii–Krein formula, in Θ's eigenbasis dF/dH̃ times the divided differences of f at Θ's eigenvalues (f'
+        is 0 for an eigenvalue at a bound), plus, for the eigenvalues held at a bound that follows the mean, their
+        share of the mean's gradient I/d. In the coordinates θ an off-diagonal entry counts √2 times
+        (:meth:`coordinates`), as Θ_ij and Θ_ji both move with it."""
+        sp = self.spectrum(theta)
+        f = np.exp(sp.used)
+        slope = np.where(sp.free, f, 0.0)
+        diff = sp.lam[:, None] - sp.lam[None, :]
+        close = np.abs(diff) < 1e-9
+        with np.errstate(invalid="ignore", divide="ignore"):
+            phi = np.where(close, 0.5 * (slope[:, None] + slope[None, :]),
+                           (f[:, None] - f[None, :]) / np.where(close, 1.0, diff))
+        g_tilde = sp.u.T @ g_h @ sp.u
+        out = sp.u @ (g_tilde * phi) @ sp.u.T
+        out[np.diag_indices(self.d)] += float((np.diag(g_tilde) * f * sp.with_mean).sum()) / self.d
+        return out
 
     def minimise(self, start: np.ndarray, optimizer: str, maxiter: int) -> tuple[np.ndarray, float]:
         from scipy import optimize
 
-        theta0 = self.pack(np.linalg.cholesky(start))
+        theta0 = self.pack(start)
         f0, _ = self.value_grad(theta0, want_grad=False)
         scale = abs(f0) if f0 != 0 else 1.0
         if optimizer == "bfgs":
@@ -793,8 +864,9 @@ SELECTORS.register(Selector(
 SELECTORS.register(Selector(
     "lscv_H", _lscv_H_selector,
     "a full symmetric positive-definite H minimising LSCV(H) (document 003), parameterised as "
-    "``H = L_S M Mᵀ L_Sᵀ`` with ``M`` lower-triangular with log-diagonal (it cannot leave the cone), analytic "
-    "gradients, BFGS; started from the LSCV_h minimiser (``start='auto'``, so never worse than ``lscv_h``) or "
+    "``H = L_S exp(Θ) L_Sᵀ`` with Θ symmetric (it cannot leave the cone; a rotation of the whitened data "
+    "rotates Θ, so BFGS stops at the transformed minimum: affine-equivariant), analytic gradients, BFGS; "
+    "started from the LSCV_h minimiser (``start='auto'``, so never worse than ``lscv_h``) or "
     "document 003's ``H₀ = (4/((d+2)n))^(2/(d+4)) S`` (``start='normal'``).",
     options=(Option("optimizer", "bfgs", choice("bfgs", "nelder-mead", aliases={"quasi-newton": "bfgs"}),
                     "the minimiser of LSCV(H)."),
