@@ -681,10 +681,10 @@ class _LscvMatrix:
         with_mean = ((lam < lo) & (lo == mean - LOG_SPREAD)) | ((lam > hi) & (hi == mean + LOG_SPREAD))
         return _Spectrum(lam, used, u, (lam >= lo) & (lam <= hi), with_mean)
 
-    def unpack(self, theta: np.ndarray) -> np.ndarray:
+    def unpack(self, theta: np.ndarray, sp: _Spectrum | None = None) -> np.ndarray:
         """The lower-triangular ``M`` with ``M Mᵀ = H̃ = exp(Θ)`` (from a QR of ``(U e^{Λ/2})ᵀ``: no product
-        squares H̃'s condition number)."""
-        sp = self.spectrum(theta)
+        squares H̃'s condition number); ``sp``: Θ's :meth:`spectrum`, when known."""
+        sp = self.spectrum(theta) if sp is None else sp
         r = np.linalg.qr((sp.u * np.exp(0.5 * sp.used)).T, mode="r")
         m = r.T
         return m * np.sign(np.diag(m))[None, :]  # a positive diagonal
@@ -701,9 +701,10 @@ class _LscvMatrix:
 
     def value_grad(self, theta: np.ndarray, want_grad: bool = True) -> tuple[float, np.ndarray | None]:
         sc, d = self.sc, self.d
-        m = self.unpack(theta)
+        sp = self.spectrum(theta)
+        m = self.unpack(theta, sp)
         u = self._solve(m)
-        hdet_inv = math.exp(-float(np.log(np.diag(m)).sum()) - 0.5 * sc.logdet_s)
+        hdet_inv = math.exp(-0.5 * float(sp.used.sum()) - 0.5 * sc.logdet_s)  # |H̃|^(-1/2) |S|^(-1/2)
         n, sw2, sww1 = sc.s.n, sc.sw2, sc.sww1
         self.evals += 1
         if not want_grad:
@@ -721,15 +722,14 @@ class _LscvMatrix:
             - 2.0 * c1 * (-0.5 * sww1 * eye + (a2 - s2 * eye)) / (n * (n - 1.0))
         minv = np.linalg.inv(m)
         g_h = minv.T @ b @ minv  # dF/dH̃ = M⁻ᵀ B M⁻¹
-        return val, self.coordinates(self._through_exp(theta, 0.5 * (g_h + g_h.T)))
+        return val, self.coordinates(self._through_exp(sp, 0.5 * (g_h + g_h.T)))
 
-    def _through_exp(self, theta: np.ndarray, g_h: np.ndarray) -> np.ndarray:
+    def _through_exp(self, sp: _Spectrum, g_h: np.ndarray) -> np.ndarray:
         """dF/dΘ from dF/dH̃ for H̃ = f(Θ), f = exp of the bounded eigenvalues (:meth:`spectrum`): the
         Daleckii–Krein formula, in Θ's eigenbasis dF/dH̃ times the divided differences of f at Θ's eigenvalues (f'
         is 0 for an eigenvalue at a bound), plus, for the eigenvalues held at a bound that follows the mean, their
         share of the mean's gradient I/d. In the coordinates θ an off-diagonal entry counts √2 times
-        (:meth:`coordinates`), as Θ_ij and Θ_ji both move with it."""
-        sp = self.spectrum(theta)
+        (:meth:`coordinates`), as Θ_ij and Θ_ji both move with it. ``sp``: Θ's :meth:`spectrum`."""
         f = np.exp(sp.used)
         slope = np.where(sp.free, f, 0.0)
         diff = sp.lam[:, None] - sp.lam[None, :]
