@@ -45,8 +45,8 @@ LSCV_RTOL = 1e-4
 # the ceiling (where exp(Θ) would overflow)
 LOG_EIG_MIN, LOG_EIG_MAX = 2.0 * math.log(1e-8), 2.0 * math.log(1e8)
 # ... and no two of its eigenvalues more than 1e12 apart (each within this of their mean in log): LSCV(H) of few
-# rows in many dimensions runs off to such H (16-D, 1,000 rows), which in the data's units float64 cannot keep
-# positive definite
+# rows in many dimensions runs off to such H (16-D, 1,000 rows: the unbounded search took H̃ past 1e17, which float64
+# cannot keep positive definite; H in the data's units also carries S's own condition number)
 LOG_SPREAD = 0.5 * math.log(1e12)
 
 
@@ -734,9 +734,9 @@ class _LscvMatrix:
         slope = np.where(sp.free, f, 0.0)
         diff = sp.lam[:, None] - sp.lam[None, :]
         close = np.abs(diff) < 1e-9
+        rise = f[None, :] * np.expm1(sp.used[:, None] - sp.used[None, :])  # f_i − f_j without cancellation
         with np.errstate(invalid="ignore", divide="ignore"):
-            phi = np.where(close, 0.5 * (slope[:, None] + slope[None, :]),
-                           (f[:, None] - f[None, :]) / np.where(close, 1.0, diff))
+            phi = np.where(close, 0.5 * (slope[:, None] + slope[None, :]), rise / np.where(close, 1.0, diff))
         g_tilde = sp.u.T @ g_h @ sp.u
         out = sp.u @ (g_tilde * phi) @ sp.u.T
         out[np.diag_indices(self.d)] += float((np.diag(g_tilde) * f * sp.with_mean).sum()) / self.d
@@ -748,11 +748,11 @@ class _LscvMatrix:
         theta0 = self.pack(start)
         f0, _ = self.value_grad(theta0, want_grad=False)
         scale = abs(f0) if f0 != 0 else 1.0
-        if optimizer == "bfgs":
+        if optimizer == "bfgs":  # stopping on the gradient's 2-norm, which rotations keep (the max-norm not)
             res = optimize.minimize(lambda th: tuple(v / scale if v is not None else v
                                                      for v in self.value_grad(th)),
                                     theta0, jac=True, method="BFGS",
-                                    options={"maxiter": maxiter, "gtol": 1e-7})
+                                    options={"maxiter": maxiter, "gtol": 1e-7, "norm": 2})
         else:
             res = optimize.minimize(lambda th: self.value_grad(th, want_grad=False)[0] / scale, theta0,
                                     method="Nelder-Mead",
