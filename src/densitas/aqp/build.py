@@ -1597,17 +1597,19 @@ def _sample_plan(con: Connector, tables: SynopsisTables, plan: Plan, n_rows: int
 
 
 def draw_sample(con: Connector, tables: SynopsisTables, binned: Binned, plan: Plan, n_rows: int,
-                opts: BuildOptions, decimals: Sequence[int | None] | None = None) -> Sample:
+                opts: BuildOptions, decimals: Sequence[int | None] | None = None,
+                planned: tuple[np.ndarray, np.ndarray] | None = None) -> Sample:
     """The stratified sample (:func:`sample_quotas` rows per group): each group's first rows in a seeded hash
     order of the table's row ids; returns its size and thresholds (:class:`Sample`). The sample gets what the
     other tables left of the budget, at most ``max_sample_rows`` (``sample_size`` when given). Values are stored
-    rounded to ``decimals`` (:func:`sample_decimals`, None: exact).
+    rounded to ``decimals`` (:func:`sample_decimals`, None: exact). ``planned``: the quotas and group sizes of
+    :func:`_sample_plan` at these costs, when the caller has them.
 
     A hash pre-filter keeps the sort small: it passes about ``2·q_g + 50`` rows of a group, and the ``q_g``
     smallest hashes always pass it; where it passes too few (vanishingly rare) the draw runs without it.
     """
     k = binned.n_columns
-    quota, gsizes = _sample_plan(con, tables, plan, n_rows, opts, k)
+    quota, gsizes = planned if planned is not None else _sample_plan(con, tables, plan, n_rows, opts, k)
     frac = np.minimum(1.0, (2 * quota + 50) / np.maximum(gsizes, 1))
     con.create_temp_table(QUOTA, pd.DataFrame({"gid": np.arange(len(quota), dtype=np.int64),
                                                "q": np.asarray(quota, dtype=np.int64),
@@ -1743,14 +1745,17 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
         scores = probe_dependence(con, binned, plan, probe_grids if opts.independent_pairs else None)
         grids = write_pair_grids(con, tables, binned, infos, plan, scores, opts, say, probe_grids)
         say("sample", 0.9)
+        planned = None
         if any(d is not None for d in decimals):
-            quota, gsizes = _sample_plan(con, tables, plan, stats.rows, opts, len(infos))
+            planned = _sample_plan(con, tables, plan, stats.rows, opts, len(infos))
             # a group sampled whole (every group, where the sample is the table) keeps its exact values and exact
-            # answers: none rounded (codes and exact values cannot share a column)
-            if (quota >= gsizes).any():
+            # answers: none rounded (codes and exact values cannot share a column); the costs change, and so the
+            # quotas
+            if (planned[0] >= planned[1]).any():
                 decimals = [None] * len(infos)
                 plan.costs = row_costs(infos, plan.n_groups, stats.rows, opts, rule, decimals)
-        sample = draw_sample(con, tables, binned, plan, stats.rows, opts, decimals)
+                planned = None
+        sample = draw_sample(con, tables, binned, plan, stats.rows, opts, decimals, planned)
         say("bandwidths", 0.95)
         bandwidths = _bandwidths(con, tables, infos, opts.bandwidth, decimals)
         meta = {"table_name": table, "id": tables.id, "version": FORMAT_VERSION,
