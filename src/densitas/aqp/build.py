@@ -1372,10 +1372,9 @@ def sample_value(v: exp.Expression, decimals: int | None, edge: exp.Expression |
     """
     if decimals is None:
         return v
-    p = _num(10 ** abs(decimals))
 
     def scaled(x: exp.Expression) -> exp.Expression:
-        return exp.Mul(this=x, expression=p.copy()) if decimals >= 0 else exp.Div(this=x, expression=p.copy())
+        return _decimal_shift(x, decimals)
 
     def code(x: exp.Expression, rounding: type[exp.Func]) -> exp.Expression:
         # a value on the step's grid (up to the product's float noise) keeps its own code, so that it decodes to
@@ -1392,6 +1391,13 @@ def sample_value(v: exp.Expression, decimals: int | None, edge: exp.Expression |
     return exp.case().when(exp.Is(this=v.copy(), expression=exp.Null()), exp.Null()).else_(kept)
 
 
+def _decimal_shift(x: exp.Expression, d: int) -> exp.Expression:
+    """``x · 10^d`` in SQL, an exact integer literal either way (``x * 10^d``, or ``x / 10^-d`` for ``d`` < 0): a
+    value to its code at ``d`` decimal places, or (``-d``) a code back to its value."""
+    p = _num(10 ** abs(d))
+    return exp.Mul(this=x, expression=p) if d >= 0 else exp.Div(this=x, expression=p)
+
+
 def sample_lossless(con: Connector, rows: exp.Expression, edges: exp.Table, decimals: Sequence[int | None],
                     params: list | None = None) -> list[bool]:
     """Per column, whether every one of ``rows`` (a table or query of binned rows: values ``v<j>``, bins ``b<j>``;
@@ -1405,9 +1411,7 @@ def sample_lossless(con: Connector, rows: exp.Expression, edges: exp.Table, deci
     parts = []
     for j in rounded:
         d, v = decimals[j], _col(f"v{j}", "b")
-        p = _num(10 ** abs(d))
-        code = sample_value(v, d, _col("lo", f"e{j}"))
-        back = exp.Div(this=code, expression=p) if d >= 0 else exp.Mul(this=code, expression=p)
+        back = _decimal_shift(sample_value(v, d, _col("lo", f"e{j}")), -d)  # the value the code stands for
         parts.append(exp.Sum(this=exp.case().when(exp.and_(exp.Not(this=exp.Is(this=v.copy(), expression=exp.Null())),
                                                                exp.NEQ(this=back, expression=v.copy())), _num(1))
                              .else_(_num(0))))
