@@ -24,7 +24,8 @@ def test_sample_row_bytes_counts_bits_on_the_value_grid():
     # a DOUBLE of full precision, stored in the sample at 7 decimals (its range 1 times 2^-20 is 9.5e-7: steps
     # of 1e-7, sample_decimals), 10^7 + 1 points: 24 bits, + 1 for ALP's frame
     dbl = ColumnInfo("x", "DOUBLE", "float", 0.0, lo=0.0, hi=1.0, distinct=10**6)
-    assert build_mod.sample_decimals([ints, dec, small, dbl]) == [None, None, None, 7]
+    # the DECIMAL as integer codes at its own scale (exact), the DOUBLE rounded
+    assert build_mod.sample_decimals([ints, dec, small, dbl]) == [None, 2, None, 7]
     bits = 10 + 15 + 4 + 25  # no group id: the sample is stored in group order, a run a group
     assert build_mod.sample_row_bytes([ints, dec, small, dbl]) == math.ceil(bits) / 8
     # a row set aside whole: its exact values (the DOUBLE's 64 bits) and a group id among 5 groups
@@ -300,7 +301,9 @@ def test_the_sample_is_counted_at_the_bits_duckdb_stores(tmp_path, rng):
     rows = opts["sample_size"]
     stored = _stored_segment_bits(con, f"densitas.sample_{meta['id']}", rows)
     decimals = opts["sample_decimals"]
-    assert decimals[2] is not None and all(d is None for j, d in enumerate(decimals) if j != 2), decimals
+    # w rounded (a full-precision DOUBLE), price as codes at its own scale (a DECIMAL), the others exact
+    assert decimals[2] is not None and decimals[3] == 2 and decimals[:2] == [None, None] and decimals[4] is None, \
+        decimals
     counted = {"gid": 0.0} | {f"v{j}": build_mod._value_bits(info, b, d) for j, (info, b, d)
                               in enumerate(zip(st.infos, rule.bounds, decimals, strict=True))}
     costs = build_mod.row_costs(st.infos, len(st.groups), n, build_mod.BuildOptions(), rule, decimals)

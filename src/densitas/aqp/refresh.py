@@ -32,7 +32,7 @@ import json
 import math
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -41,7 +41,7 @@ from sqlglot import exp
 
 from densitas.aqp import build as b
 from densitas.aqp.connector import Connector, table_expr
-from densitas.aqp.store import SynopsisTables, catalog_ids, count_rows, read
+from densitas.aqp.store import SynopsisTables, catalog_ids, count_rows, read, sample_layout
 from densitas.exceptions import InputError
 
 __all__ = ["Delta", "RefreshResult", "find_delta", "refresh"]
@@ -234,6 +234,9 @@ def refresh(con: Connector, table: str, *, verify: bool = False) -> RefreshResul
     opts = json.loads(meta["options"])
     old = SynopsisTables.of(meta["id"], infos, cols.group_types)
     new = SynopsisTables.of(uuid.uuid4().hex[:12], infos, cols.group_types)
+    # its sample's integers (and codes) as BIGINT, as the build stores them (build.integer_columns)
+    new = replace(new, sample=sample_layout(len(infos), integers=b.integer_columns(
+        infos, opts.get("sample_decimals"))))
     with con.transaction():
         binned = b.bin_rows(con, old, table, cols, where=delta.where)
         rule = b.OutlierRule.from_json(opts.get("outliers"), len(infos))
