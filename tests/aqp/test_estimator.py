@@ -183,8 +183,44 @@ def test_nearly_collinear_terms_do_not_extrapolate(spread):
     rows = rng.choice(np.arange(1000, N), n, replace=False)
     z = np.stack([m, z1], axis=1)
     t = _one_group(y, z, rows, N)
-    hw = 1.96 * np.sqrt(t.sampling_variance(np.array([0]), [0], [1.0])[0])
+    g, W = np.array([0]), np.ones((1, 1))
+    hw = 1.96 * np.sqrt(t.variance_of(g, W, [0])[0] - t.extrapolation_variance(g, W)[0])  # the residuals' only
     assert abs(t.value[0, 0] - y.sum()) < 3 * hw, f"seed {SEED}"
+
+
+def test_what_a_dropped_direction_would_add_is_in_the_interval(monkeypatch):
+    """A term equal to the model's prediction among the sampled rows up to noise of 1e-3 (a direction under one
+    row's worth: left out of the estimate), and the target itself; 40 rows the sample missed carry it 50 apart.
+    The estimate misses them by far more than its residuals show (population's SUM 31.7 M off inside ±2.8 M);
+    the interval counts what the fit with that direction would add, at its full size, and holds the truth."""
+    import densitas.aqp.estimator as est
+
+    rng = np.random.default_rng(SEED)
+    N, n = 20_000, 300
+    m = rng.uniform(0.5, 1.5, N)
+    z1 = m + 1e-3 * rng.normal(size=N)
+    z1[:40] += 50.0
+    y = z1.copy()
+    rows = rng.choice(np.arange(1000, N), n, replace=False)
+    z = np.stack([m, z1], axis=1)
+    t = _one_group(y, z, rows, N)
+    g, W = np.array([0]), np.ones((1, 1))
+    var, extra = t.variance_of(g, W, [0])[0], t.extrapolation_variance(g, W)[0]
+    err = t.value[0, 0] - y.sum()
+    assert abs(err) > 10 * np.sqrt(var - extra), f"seed {SEED}: the residuals alone do not see the 40 rows"
+    assert abs(err) < 1.96 * np.sqrt(var), f"seed {SEED}: {err} outside ±{1.96 * np.sqrt(var)}"
+    monkeypatch.setattr(est, "MIN_INFORMATION", 0.0)  # the fit with the direction
+    full = _one_group(y, z, rows, N)
+    assert full.extrapolation is None, f"seed {SEED}"
+    assert t.extrapolation[0, 0] == pytest.approx(full.value[0, 0] - t.value[0, 0], rel=1e-6), f"seed {SEED}"
+
+
+def test_a_fit_that_drops_no_direction_adds_nothing_to_the_variance():
+    rng = np.random.default_rng(SEED)
+    x, y, z = _population(rng)
+    t = _one_group(y, z, rng.choice(len(x), 400, replace=False), len(x))
+    assert t.extrapolation is None, f"seed {SEED}"
+    assert t.extrapolation_variance(np.array([0]), np.ones((1, 1)))[0] == 0.0
 
 
 def test_many_and_few_group_paths_agree(monkeypatch):

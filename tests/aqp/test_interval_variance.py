@@ -142,3 +142,25 @@ def test_a_cut_the_sample_sees_on_one_side_only_keeps_the_placement_variance(see
     off = err > 3 * half + 1e-6 * exact.abs().max()  # no answer more than 3 half-widths (~6 sd) off
     assert not off.any(), got[off]
     con.close()
+
+
+def test_what_a_dropped_fit_direction_would_add_widens_the_answers_interval(rng, monkeypatch):
+    """The estimator's extrapolation term (GroupTotals.extrapolation: what the fit directions it leaves out would
+    add) reaches the interval an answer reports, added to the variance at its full size."""
+    from densitas.aqp.estimator import regression_totals
+
+    eng = _engine(rng, 6000, 64)
+    sql = "SELECT COUNT(*) AS n FROM t WHERE x < 0.4 AND y > 0.1"
+    before = _half_width(eng, sql)
+    shift = 40.0 * before  # far past the residuals' own width
+
+    def with_extrapolation(*args, **kwargs):
+        t = regression_totals(*args, **kwargs)
+        t.extrapolation = np.full_like(t.value, shift)
+        return t
+
+    monkeypatch.setattr(syn_mod, "regression_totals", with_extrapolation)
+    after = _half_width(eng, sql)
+    groups = len(eng._load("t").N)
+    z = 1.959963984540054
+    assert after == pytest.approx(z * np.sqrt((before / z) ** 2 + groups * shift ** 2), rel=1e-6)

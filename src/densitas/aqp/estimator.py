@@ -26,6 +26,15 @@ through the intercept, and its residual is the same for every such row of a grou
 pass only the rows where something is non-zero (any superset of them): the ``n_g`` of ``n`` minus the rows
 given are these *outside* rows, and their sums enter in closed form (:attr:`GroupTotals.outside`).
 
+A direction of a group's fit carried by less than one row's worth of its sample (:data:`MIN_INFORMATION`) is
+left out of the estimate: the fit along it rests on the one or two rows that carry it, reproduces their
+residuals and extrapolates to the population totals with nothing in the sample to check it. What it would add,
+``(β̂_all − β̂)ᵀ (Z − Ẑ_HT)`` (the fit with every direction against the fit without, ``Ẑ_HT`` the sample's
+expansion estimate of the totals ``Z``), is added to the variance at its full size
+(:attr:`GroupTotals.extrapolation`): the sample can neither confirm nor rule it out, so the interval holds both
+answers. This is a sensitivity term in the spirit of the model-error terms of model-assisted estimation, not a
+variance the design estimates.
+
 Groups whose sample is too small for every term (fewer than ``MIN_ROWS_PER_TERM`` rows per term) fit only an
 intercept and the model's own prediction (the simple regression estimator, ibid. §6.5); groups too small even
 for that use the difference estimator with the model's prediction (``β`` fixed, ibid. §6.3), which is unbiased
@@ -52,7 +61,9 @@ G_WEIGHTS = True
 # a direction of a group's fit carrying less than this many rows' worth of its data (eigenvalue of the terms'
 # unit-diagonal cross-product matrix below this / n_g of the largest) is not fitted: nearly collinear terms took
 # huge opposite weights there (births SUM(year) 21% off inside ±1.3%). One row: a unit, not a fitted number;
-# checked on the tuning tables (synthetic 2.03% -> 1.86% mean, fertility and lineitem unchanged)
+# checked on the tuning tables (synthetic 2.03% -> 1.86% mean, fertility and lineitem unchanged). What such a
+# direction would add counts in the variance (GroupTotals.extrapolation): left out, 39 unsampled rows carrying
+# one put a population SUM 31.7 M off inside ±2.8 M (a query class covering 59% of the time)
 MIN_INFORMATION = 1.0
 # up to this many groups with rows in the fit, per-group sums are one slice sum per group (else bincounts)
 FEW_GROUPS = 32
@@ -198,6 +209,9 @@ class GroupTotals:
     outside: np.ndarray  # (G,) sample rows of the group not given (y and every auxiliary 0 there)
     outside_residual: np.ndarray  # (G, K) the residual each of them has
     residual_scatter: np.ndarray  # (G, K, K) Σ (r − r̄)(r − r̄)ᵀ over all the group's sample rows, key by key
+    # (G, K) or None: what the answer would take from the fit directions under one row's worth of the group's
+    # sample, which the estimate leaves out (MIN_INFORMATION); counted in the variance at its full size
+    extrapolation: np.ndarray | None = None
     _expansion: np.ndarray | None = field(default=None, repr=False)
 
     def sampling_variance(self, gids: np.ndarray, ks: list[int], ws: list[np.ndarray | float]) -> np.ndarray:
@@ -234,7 +248,31 @@ class GroupTotals:
         True
         """
         ss = np.einsum("gk,gkl,gl->g", W, self.residual_scatter[gids], W)  # of the combined residuals
-        return self.residual_variance(gids, ss, ks)
+        return self.residual_variance(gids, ss, ks) + self.extrapolation_variance(gids, W)
+
+    def extrapolation_variance(self, gids: np.ndarray, W: np.ndarray) -> np.ndarray:
+        """(len(gids),): the square of what the combination ``W`` (len(gids), K) of the keys' totals would
+        change by if the fit also took the directions under one row's worth of each group's sample
+        (:attr:`extrapolation`); 0 where it dropped none.
+
+        The estimate leaves such a direction out: along it, the fit would rest on the one or two rows that
+        carry it, whose residuals it then reproduces, so the sample holds no evidence for or against what it
+        would add (leaving out a row that carries it leaves the direction without data). Taking the difference
+        as a possible error of its full size keeps the interval around both answers: the one the sample
+        supports and the one the dropped directions would give.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> t = GroupTotals(*[np.zeros((1, 1))] * 3, np.zeros((0, 1)), np.zeros(0, dtype=int), np.ones(1),
+        ...                 np.ones(1), np.ones((1, 1)), np.zeros(1), np.zeros((1, 1)), np.zeros((1, 1, 1)),
+        ...                 extrapolation=np.array([[3.0]]))
+        >>> t.extrapolation_variance(np.array([0]), np.array([[2.0]])).tolist()   # (2·3)²
+        [36.0]
+        """
+        if self.extrapolation is None:
+            return np.zeros(len(gids))
+        return np.einsum("gk,gk->g", W, self.extrapolation[gids]) ** 2
 
     def residual_variance(self, gids: np.ndarray, ss: np.ndarray, ks: list[int]) -> np.ndarray:
         """(len(gids),): the variance of an expanded total whose combined residuals (of the keys ``ks``) have
@@ -376,6 +414,7 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
         r0 = r0 * (1.0 + c[..., 0])
     outside = n - rg.rows  # rows with X = (1, 0, …, 0) and y = 0
     model = (Xt * beta).sum(axis=2).T  # (G, K)
+    extrapolation = _extrapolation(fit.beta_all, beta, Xt, fit.xsum, N, n)
     corr = (N / np.maximum(n, 1))[:, None] * (rg.sums(e) + outside[:, None] * e0.T)
     value = model + corr
     if LEAVE_ONE_OUT:
@@ -388,7 +427,20 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
         resid[order] = resid.copy()
         gid = np.asarray(gid)[np.argsort(order)]
     return GroupTotals(value, model, corr, resid, gid, N.astype(np.float64), n.astype(np.float64),
-                       np.maximum(dfs, 0.0), outside.astype(np.float64), resid0, scatter)
+                       np.maximum(dfs, 0.0), outside.astype(np.float64), resid0, scatter, extrapolation)
+
+
+def _extrapolation(beta_all: np.ndarray | None, beta: np.ndarray, Xt: np.ndarray, xsum: np.ndarray, N: np.ndarray,
+                   n: np.ndarray) -> np.ndarray | None:
+    """(G, K) or None: per group and key, what the answer would change by if the fit also took the directions
+    :data:`MIN_INFORMATION` drops, ``(β_all − β)ᵀ (Z − (N/n) Σ_s x)`` (the estimate is ``βᵀZ + (N/n) Σ_s (y −
+    βᵀx)``, so the sample's sum of ``y`` cancels): those directions' coefficients times the gap between the
+    terms' exact totals and the sample's estimate of them. None where no direction was dropped."""
+    if beta_all is None:
+        return None
+    w = (N / np.maximum(n, 1))[:, None]
+    gap = np.einsum("kgp,kgp->gk", beta_all - beta, Xt - w * xsum)
+    return _finite_or_zero(gap)
 
 
 def _scatter(r_sum: np.ndarray, r_cross: np.ndarray, r0: np.ndarray, outside: np.ndarray,
@@ -634,6 +686,9 @@ class _Fit:
     beta: np.ndarray
     ginv: np.ndarray
     xsum: np.ndarray
+    # the coefficients from every direction above √ε (MIN_INFORMATION's cut not applied); None where the cut
+    # dropped none
+    beta_all: np.ndarray | None = None
 
 
 def _g_coefficients(Xt: np.ndarray, ginv: np.ndarray, xsum: np.ndarray, N: np.ndarray,
@@ -695,10 +750,14 @@ def _solve(xtx: np.ndarray, xty: np.ndarray, n: np.ndarray, X: list[_Design], dr
     # took huge opposite weights that fit the sample exactly and extrapolated wildly to the population totals
     # (an answer 8% off with a ±0.1% interval on births with rcond 1e-10)
     rcond = np.maximum(RCOND, MIN_INFORMATION / np.maximum(n, 1))
-    inv = _pinv_symmetric(A.reshape(K * G, q, q), np.tile(rcond, K)).reshape(K, G, q, q)
+    inv, inv_all = _pinv_symmetric(A.reshape(K * G, q, q), np.tile(rcond, K), RCOND)
+    inv = inv.reshape(K, G, q, q)
     beta = np.matmul(inv, (xty / scale)[..., None])[..., 0] / scale
     ginv = inv / scale[..., :, None] / scale[..., None, :]  # (XᵀX)⁺ in the terms' own units
-    return _Fit(_finite_or_zero(beta), _finite_or_zero(ginv), xsum)
+    beta_all = None  # with the directions MIN_INFORMATION drops: what the answer would take from them
+    if inv_all is not None:
+        beta_all = _finite_or_zero(np.matmul(inv_all.reshape(K, G, q, q), (xty / scale)[..., None])[..., 0] / scale)
+    return _Fit(_finite_or_zero(beta), _finite_or_zero(ginv), xsum, beta_all)
 
 
 def _coefficients(fit: _Fit, two: _Fit | None, small: np.ndarray, tiny: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -706,16 +765,27 @@ def _coefficients(fit: _Fit, two: _Fit | None, small: np.ndarray, tiny: np.ndarr
     two-term one (the model's prediction and the intercept) where ``small`` (K, G), none (the difference
     estimator) for the groups ``tiny`` (G,); the prediction's coefficient 1 plus its fitted correction. Written
     into ``fit``'s arrays (each fit is used once)."""
-    beta, ginv = fit.beta, fit.ginv
+    ginv = fit.ginv
     if two is not None and small.any():
-        beta[small] = 0.0
-        beta[small, :2] = two.beta[small]
         ginv[small] = 0.0
         ginv[small, :2, :2] = two.ginv[small]
-    beta[:, tiny] = 0.0
     ginv[:, tiny] = 0.0
+    two_cut = two is not None and two.beta_all is not None and bool(small.any())
+    if fit.beta_all is not None or two_cut:  # the same choices for the coefficients from every direction
+        two_all = None if two is None else (two.beta if two.beta_all is None else two.beta_all)
+        fit.beta_all = _chosen(fit.beta.copy() if fit.beta_all is None else fit.beta_all, two_all, small, tiny)
+    return _chosen(fit.beta, None if two is None else two.beta, small, tiny), ginv
+
+
+def _chosen(beta: np.ndarray, two: np.ndarray | None, small: np.ndarray, tiny: np.ndarray) -> np.ndarray:
+    """The coefficients ``beta`` (K, G, P) of the full fits, the two-term fits' ``two`` where ``small`` (K, G),
+    none where ``tiny`` (G,), the prediction's coefficient 1 plus its fitted correction (in place)."""
+    if two is not None and small.any():
+        beta[small] = 0.0
+        beta[small, :2] = two[small]
+    beta[:, tiny] = 0.0
     beta[..., 1] += 1.0
-    return beta, ginv
+    return beta
 
 
 def _negative_weights(gx: np.ndarray, c0: np.ndarray, rg: _RowGroups, n: np.ndarray) -> np.ndarray:
@@ -785,11 +855,26 @@ def _one_minus_capped(h: np.ndarray) -> np.ndarray:
     return np.subtract(1.0, h, out=h)
 
 
-def _pinv_symmetric(A: np.ndarray, rcond: np.ndarray) -> np.ndarray:
+def _pinv_symmetric(A: np.ndarray, rcond: np.ndarray, wider: float | None = None
+                    ) -> tuple[np.ndarray, np.ndarray | None]:
     """The pseudo-inverses of a stack of symmetric matrices (G, p, p), eigenvalues below ``rcond`` (G,) times
-    the largest in size dropped (``numpy.linalg.pinv(A, rcond, hermitian=True)``, from one ``eigh``)."""
+    the largest in size dropped (``numpy.linalg.pinv(A, rcond, hermitian=True)``, from one ``eigh``); and, from
+    the same ``eigh``, the one that keeps every eigenvalue above ``wider`` (scalar, below ``rcond``) times the
+    largest, or None where that keeps no more of them (or ``wider`` is None)."""
     s, u = np.linalg.eigh(A)
     mag = np.abs(s)
-    keep = mag > rcond[:, None] * mag.max(axis=1, keepdims=True)
+    top = mag.max(axis=1, keepdims=True)
+    keep = mag > rcond[:, None] * top
+    inv = _from_eigen(s, u, keep)
+    if wider is None:
+        return inv, None
+    more = mag > wider * top
+    if not (more & ~keep).any():
+        return inv, None
+    return inv, _from_eigen(s, u, more)
+
+
+def _from_eigen(s: np.ndarray, u: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """``U diag(1/s) Uᵀ`` over the eigenvalues ``keep`` (G, p) of each matrix, 0 for the others."""
     inv_s = np.divide(1.0, s, out=np.zeros_like(s), where=keep)
     return (u * inv_s[:, None, :]) @ u.transpose(0, 2, 1)

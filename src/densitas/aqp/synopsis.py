@@ -872,7 +872,8 @@ class Synopsis:
             for k, wk in zip(ks, ws, strict=True):
                 W[:, k] += wk
             scatter, moment = np.einsum("gk,gjkl,gl->jg", W, quadratic[gids], W)
-            return interval_variance(totals.residual_variance(gids, scatter, ks), place[gids] * moment)
+            return (interval_variance(totals.residual_variance(gids, scatter, ks), place[gids] * moment)
+                    + totals.extrapolation_variance(gids, W))
 
         return totals.value, var_fn, self._support(rows), True
 
