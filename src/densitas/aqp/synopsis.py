@@ -151,6 +151,25 @@ def _accepts(v: np.ndarray, lo: float, loi: bool, hi: float, hii: bool) -> np.nd
     return ((v > lo) | ((v == lo) & loi)) & ((v < hi) | ((v == hi) & hii))
 
 
+def _bins_kept(vmin: np.ndarray, vmax: np.ndarray, ivals: list) -> tuple[np.ndarray, np.ndarray]:
+    """Per fine bin whose rows' values lie in ``[vmin, vmax]`` (its occupied range): whether the intervals ``ivals``
+    keep every one of them (``inside``: one interval holds both ends) and whether they reach any (``reached``).
+
+    Examples
+    --------
+    >>> inside, reached = _bins_kept(np.array([0.0, 2.0, 4.0]), np.array([1.0, 3.0, 5.0]),
+    ...                              [(-math.inf, False, 2.5, False)])            # x < 2.5
+    >>> inside.tolist(), reached.tolist()
+    ([True, False, False], [True, True, False])
+    """
+    inside = np.zeros(len(vmin), dtype=bool)
+    reached = np.zeros(len(vmin), dtype=bool)
+    for lo, loi, hi, hii in ivals:
+        inside |= _accepts(vmin, lo, loi, hi, hii) & _accepts(vmax, lo, loi, hi, hii)
+        reached |= ((lo < vmax) | ((lo == vmax) & loi)) & ((hi > vmin) | ((hi == vmin) & hii))
+    return inside, reached
+
+
 class _Rows:
     """The sample rows a query reads, in sample order (so by group): every row where a target or an auxiliary of
     the query can be non-zero, and maybe more (:meth:`Synopsis._rows`); the estimator treats the others in
@@ -436,11 +455,7 @@ class Synopsis:
         if len(vmin) != info.bins or len(vmax) != info.bins:
             return None
         known = np.isfinite(vmin) & np.isfinite(vmax)
-        inside = np.zeros(info.bins, dtype=bool)
-        reached = np.zeros(info.bins, dtype=bool)
-        for lo, loi, hi, hii in ivals:
-            inside |= _accepts(vmin, lo, loi, hi, hii) & _accepts(vmax, lo, loi, hi, hii)
-            reached |= ((lo < vmax) | ((lo == vmax) & loi)) & ((hi > vmin) | ((hi == vmin) & hii))
+        inside, reached = _bins_kept(vmin, vmax, ivals)
         held = self._held.get(j)
         if held is None:  # (G, B + 1): bin 0 holds the NULLs, which no condition keeps
             held = self._held[j] = self.fine[j] > 0
@@ -462,14 +477,31 @@ class Synopsis:
             if h <= 0:
                 continue
             v = self._vals_by_col[u]
+            near = np.zeros(len(v), dtype=bool)
             for lo, _, hi, _ in box[u]:
                 for bound in (lo, hi):
                     if math.isfinite(bound):
-                        doubt |= np.abs(bound - v) <= h * (1 + 1e-9)
+                        near |= np.abs(bound - v) <= h * (1 + 1e-9)
+            doubt |= near & self._in_part_kept_bins(u, box[u])
         doubt &= ~empty[self.s_gid]
         if not doubt.any():
             return None
         return np.where(doubt, (self.N / np.maximum(self.n, 1))[self.s_gid], 0.0)
+
+    def _in_part_kept_bins(self, u: int, ivals: list) -> np.ndarray | bool:
+        """(n,): per sample row, whether the intervals ``ivals`` on ``u`` keep some but not all of the rows of its
+        fine bin, by the values the bin's rows hold (``occupied_min``, ``occupied_max``). Elsewhere the bin decides
+        the row's side whatever its stored value's rounding: a bound on a value the bin starts at (``weight <
+        72.0``, 72.0 the least value of its bin) leaves no row in doubt. True for every row where the occupied
+        ranges are not stored."""
+        info = self.infos[u]
+        if len(info.occupied_min) != info.bins or len(info.occupied_max) != info.bins:
+            return True
+        inside, reached = _bins_kept(info.occupied_min, info.occupied_max, ivals)
+        part = np.concatenate([[False], reached & ~inside])  # bin 0: NULL, which no condition keeps
+        if self._bins_by_col is None:
+            self._bins_by_col = np.ascontiguousarray(self._sample_bins().T)
+        return part[self._bins_by_col[u]]
 
     def _doubt_total(self, w: np.ndarray | None, j: int | None = None) -> np.ndarray:
         """(G,): per group, the rows in doubt's weights ``w`` (:meth:`_doubtful`), times ``|value of j|`` when
