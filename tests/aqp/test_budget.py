@@ -431,6 +431,12 @@ def test_a_bound_at_the_value_a_fine_bin_starts_at_leaves_no_rounded_row_in_doub
         for op in ("<", ">="):  # the bin that starts at the bound lies wholly on one side
             q = parse(f"SELECT COUNT(*) AS n FROM t WHERE x {op} {float(bound)!r} AND y < 0.5")
             assert syn.estimate(q)[1][0]["slack"][0] == 0, (bound, op)
+            # and so do its rows' stored values, rounded down from an off-grid least value (79.3333 from
+            # 79.33333…) or not: the bins' counts answer exactly
+            sql = f"SELECT COUNT(*) AS n FROM t WHERE x {op} {float(bound)!r}"
+            got, want = eng.query(sql), con.execute(sql).fetchone()[0]
+            assert got["n"].iloc[0] == pytest.approx(want, abs=0.5), (sql, got, want)
+            assert got["n_ci_low"].iloc[0] <= want <= got["n_ci_high"].iloc[0], (sql, got, want)
     assert checked >= 3
     # a bound inside a bin whose rows it splits, within a step above an off-grid row's stored value
     off = stored[np.abs(stored * 2 - np.round(stored * 2)) > 0.1]

@@ -146,13 +146,19 @@ def test_a_cut_the_sample_sees_on_one_side_only_keeps_the_placement_variance(see
 
 def test_what_a_dropped_fit_direction_would_add_widens_the_answers_interval(rng, monkeypatch):
     """The estimator's extrapolation term (GroupTotals.extrapolation: what the fit directions it leaves out would
-    add) reaches the interval an answer reports, added to the variance at its full size."""
+    add) reaches the interval an answer reports, at its full size; an answer over several groups takes their
+    shifts' sum squared (one fit's choice in every group, not independent errors), not the sum of their squares."""
     from densitas.aqp.estimator import regression_totals
 
-    eng = _engine(rng, 6000, 64)
+    con = duckdb.connect()
+    x = rng.uniform(0, 1, 60_000) ** 3
+    con.register("df", pd.DataFrame({"x": x, "y": rng.normal(size=len(x)), "g": rng.choice(["a", "b", "c"], len(x))}))
+    con.execute("CREATE TABLE t AS SELECT * FROM df")
+    eng = Engine(con)
+    eng.build("t", columns=["x", "y"], group_by=["g"], budget_bytes=200_000, sample_size=6000, max_bins=64)
     sql = "SELECT COUNT(*) AS n FROM t WHERE x < 0.4 AND y > 0.1"
     before = _half_width(eng, sql)
-    shift = 40.0 * before  # far past the residuals' own width
+    shift = 2.0 * before  # past the residuals' own width (far past it, the interval meets the count's bounds)
 
     def with_extrapolation(*args, **kwargs):
         t = regression_totals(*args, **kwargs)
@@ -162,5 +168,6 @@ def test_what_a_dropped_fit_direction_would_add_widens_the_answers_interval(rng,
     monkeypatch.setattr(syn_mod, "regression_totals", with_extrapolation)
     after = _half_width(eng, sql)
     groups = len(eng._load("t").N)
+    assert groups == 3
     z = 1.959963984540054
-    assert after == pytest.approx(z * np.sqrt((before / z) ** 2 + groups * shift ** 2), rel=1e-6)
+    assert after == pytest.approx(z * np.sqrt((before / z) ** 2 + (groups * shift) ** 2), rel=1e-6)

@@ -251,9 +251,10 @@ class GroupTotals:
         return self.residual_variance(gids, ss, ks) + self.extrapolation_variance(gids, W)
 
     def extrapolation_variance(self, gids: np.ndarray, W: np.ndarray) -> np.ndarray:
-        """(len(gids),): the square of what the combination ``W`` (len(gids), K) of the keys' totals would
-        change by if the fit also took the directions under one row's worth of each group's sample
-        (:attr:`extrapolation`); 0 where it dropped none.
+        """(len(gids),): per group, the square of what the combination ``W`` (len(gids), K) of the keys' totals
+        would change by if the fit also took the directions under one row's worth of the group's sample
+        (:meth:`extrapolation_shift`); 0 where it dropped none. An answer over several groups squares the sum of
+        their shifts instead.
 
         The estimate leaves such a direction out: along it, the fit would rest on the one or two rows that
         carry it, whose residuals it then reproduces, so the sample holds no evidence for or against what it
@@ -270,9 +271,27 @@ class GroupTotals:
         >>> t.extrapolation_variance(np.array([0]), np.array([[2.0]])).tolist()   # (2·3)²
         [36.0]
         """
+        shift = self.extrapolation_shift(gids, W)
+        return np.zeros(len(gids)) if shift is None else shift ** 2
+
+    def extrapolation_shift(self, gids: np.ndarray, W: np.ndarray) -> np.ndarray | None:
+        """(len(gids),) or None: what the combination ``W`` (len(gids), K) of each group's totals would change by
+        if the fit also took the directions it leaves out (:attr:`extrapolation`), signed: an answer that adds up
+        several groups changes by the sum, which its variance takes squared (not the sum of the squares: the
+        groups' shifts are one fit's choice, not independent errors). None where no direction was left out.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> t = GroupTotals(*[np.zeros((2, 1))] * 3, np.zeros((0, 1)), np.zeros(0, dtype=int), np.ones(2),
+        ...                 np.ones(2), np.ones((2, 1)), np.zeros(2), np.zeros((2, 1)), np.zeros((2, 1, 1)),
+        ...                 extrapolation=np.array([[3.0], [-1.0]]))
+        >>> t.extrapolation_shift(np.array([0, 1]), np.ones((2, 1))).tolist()
+        [3.0, -1.0]
+        """
         if self.extrapolation is None:
-            return np.zeros(len(gids))
-        return np.einsum("gk,gk->g", W, self.extrapolation[gids]) ** 2
+            return None
+        return np.einsum("gk,gk->g", W, self.extrapolation[gids])
 
     def residual_variance(self, gids: np.ndarray, ss: np.ndarray, ks: list[int]) -> np.ndarray:
         """(len(gids),): the variance of an expanded total whose combined residuals (of the keys ``ks``) have

@@ -151,6 +151,36 @@ def _accepts(v: np.ndarray, lo: float, loi: bool, hi: float, hii: bool) -> np.nd
     return ((v > lo) | ((v == lo) & loi)) & ((v < hi) | ((v == hi) & hii))
 
 
+@dataclass
+class GroupVariances:
+    """What a query's variance function gives for the groups it is asked about: each group's sampling variance
+    (the residuals' or the model's, :func:`interval_variance`) and, where the fit left directions out, what they
+    would move the group's total by (signed, :meth:`~densitas.aqp.estimator.GroupTotals.extrapolation_shift`).
+
+    Examples
+    --------
+    >>> v = GroupVariances(np.array([1.0, 2.0, 4.0]), np.array([3.0, -1.0, 0.5]))
+    >>> v.per_answer(np.array([0, 0, 1]), 2).tolist()      # 1 + 2 + (3 − 1)², 4 + 0.5²
+    [7.0, 4.25]
+    """
+
+    sampling: np.ndarray
+    extrapolation: np.ndarray | None = None
+
+    def per_answer(self, codes: np.ndarray, m: int) -> np.ndarray:
+        """(m,): the variance of each answer that adds up the groups ``codes`` maps to it: the sampling variances
+        summed, plus the square of the shifts' sum."""
+        v = np.bincount(codes, self.sampling, minlength=m)
+        if self.extrapolation is not None:
+            v = v + np.bincount(codes, self.extrapolation, minlength=m) ** 2
+        return v
+
+    def without(self, empty: np.ndarray) -> GroupVariances:
+        """These variances with the groups ``empty`` (a mask over the groups asked about) at 0."""
+        shift = None if self.extrapolation is None else np.where(empty, 0.0, self.extrapolation)
+        return GroupVariances(np.where(empty, 0.0, self.sampling), shift)
+
+
 def _bins_kept(vmin: np.ndarray, vmax: np.ndarray, ivals: list) -> tuple[np.ndarray, np.ndarray]:
     """Per fine bin whose rows' values lie in ``[vmin, vmax]`` (its occupied range): whether the intervals ``ivals``
     keep every one of them (``inside``: one interval holds both ends) and whether they reach any (``reached``).
@@ -333,6 +363,7 @@ class Synopsis:
         self._moment_cache: dict = {}
         self._label_cache: dict = {}
         self._s_bins: np.ndarray | None = None
+        self._clamp_rounded_values()
         self._vals_by_col = np.ascontiguousarray(self.s_vals.T)  # (J, n): one column's values contiguous
         self._bins_by_col: np.ndarray | None = None
         self._bin_order: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -490,10 +521,10 @@ class Synopsis:
 
     def _in_part_kept_bins(self, u: int, ivals: list) -> np.ndarray | bool:
         """(n,): per sample row, whether the intervals ``ivals`` on ``u`` keep some but not all of the rows of its
-        fine bin, by the values the bin's rows hold (``occupied_min``, ``occupied_max``). Elsewhere the bin decides
-        the row's side whatever its stored value's rounding: a bound on a value the bin starts at (``weight <
-        72.0``, 72.0 the least value of its bin) leaves no row in doubt. True for every row where the occupied
-        ranges are not stored."""
+        fine bin, by the values the bin's rows hold (``occupied_min``, ``occupied_max``). Elsewhere every row of the
+        bin lies on one side, and so does its stored value, kept within that range (:meth:`_clamp_rounded_values`):
+        a bound on a value the bin starts at (``weight < 72.0``, 72.0 the least value of its bin) leaves no row in
+        doubt. True for every row where the occupied ranges are not stored."""
         info = self.infos[u]
         if len(info.occupied_min) != info.bins or len(info.occupied_max) != info.bins:
             return True
@@ -750,7 +781,7 @@ class Synopsis:
             if a.func == "count":
                 k = keys.index(self._count_key(a.column))
                 val = np.bincount(codes, est[gids, k], minlength=m)
-                v = np.bincount(codes, var_fn(gids, [k], [1.0]), minlength=m)
+                v = var_fn(gids, [k], [1.0]).per_answer(codes, m)
                 results.append({"alias": a.alias, "func": "count", "value": val, "var": v, "count": val, "thin": thin,
                                 "slack": np.bincount(codes, moved[gids], minlength=m)})
                 continue
@@ -765,7 +796,7 @@ class Synopsis:
             if a.func == "sum":
                 ks = keys.index(("s", j))
                 tot = np.bincount(codes, est[gids, ks], minlength=m)
-                v = np.bincount(codes, var_fn(gids, [ks], [1.0]), minlength=m)
+                v = var_fn(gids, [ks], [1.0]).per_answer(codes, m)
                 results.append({"alias": a.alias, "func": "sum", "value": tot, "var": v, "count": cnt, "thin": thin,
                                 "slack": slack})
                 continue
@@ -774,8 +805,7 @@ class Synopsis:
             with np.errstate(divide="ignore", invalid="ignore"):
                 mean_dev = dev / cnt
                 # delta method: the residual of SUM − AVG·COUNT (centred alike), with the output group's AVG
-                v = np.bincount(codes, var_fn(gids, [ks, kn], [1.0, -np.nan_to_num(mean_dev)[codes]]),
-                                minlength=m) / cnt ** 2
+                v = var_fn(gids, [ks, kn], [1.0, -np.nan_to_num(mean_dev)[codes]]).per_answer(codes, m) / cnt ** 2
             with np.errstate(divide="ignore", invalid="ignore"):
                 slack = slack + np.abs(np.nan_to_num(c + mean_dev)) * np.bincount(codes, moved[gids], minlength=m)
                 slack = np.where(slack > 0, slack / np.abs(cnt), 0.0)
@@ -784,7 +814,7 @@ class Synopsis:
                             "magnitude": abs(c)})  # the AVG is c + a mean: float rounding of c's size
         if q.group_by:  # SQL has no row for a group without matching rows: drop groups surely empty
             rows = np.bincount(codes, est[gids, 0], minlength=m)
-            rvar = np.bincount(codes, var_fn(gids, [0], [1.0]), minlength=m)
+            rvar = var_fn(gids, [0], [1.0]).per_answer(codes, m)
             keep = (rows >= 0.5) | (rvar > 0)
             if not keep.all():
                 out = {c: v[keep] for c, v in out.items()}
@@ -877,7 +907,7 @@ class Synopsis:
         exact = np.stack([self._unboxed_total(k) for k in keys], axis=1) if not S \
             else self._exact_totals(S, keys, phis, ends)
         if exact is not None:  # no predicate (the fine histograms), or discrete predicate columns whose grids hold
-            return exact, lambda gids, ks, ws: np.zeros(len(gids)), self._support(None), False  # exact
+            return exact, lambda gids, ks, ws: GroupVariances(np.zeros(len(gids))), self._support(None), False  # exact
         tree = self._forest(S)
         memo: dict = {}  # messages under the box's own factors (the row-count key's)
         E = [self._expect(comp, tree.adj, phis, memo) for comp in tree.comps]
@@ -904,8 +934,8 @@ class Synopsis:
             for k, wk in zip(ks, ws, strict=True):
                 W[:, k] += wk
             scatter, moment = np.einsum("gk,gjkl,gl->jg", W, quadratic[gids], W)
-            return (interval_variance(totals.residual_variance(gids, scatter, ks), place[gids] * moment)
-                    + totals.extrapolation_variance(gids, W))
+            return GroupVariances(interval_variance(totals.residual_variance(gids, scatter, ks), place[gids] * moment),
+                                  totals.extrapolation_shift(gids, W))
 
         return totals.value, var_fn, self._support(rows), True
 
@@ -1058,6 +1088,27 @@ class Synopsis:
         num = np.bincount(run.take(b), w * y, minlength=run[-1] + 1)
         den = np.bincount(run.take(b), w, minlength=run[-1] + 1)
         return np.where(den > 0, num / np.where(den > 0, den, 1), 0.0).take(run)
+
+    def _clamp_rounded_values(self) -> None:
+        """Each rounded sample value (``step`` > 0) moved into the range its fine bin's rows hold
+        (``occupied_min``, ``occupied_max``), where the row's own value lies: a value rounded down from a bin's
+        least value (79.3333 from 79.33333…) fell below it, and a bound there put the row on the wrong side while
+        the bin, wholly on the other, left it in no doubt (:meth:`_in_part_kept_bins`). Within a step of the
+        row's value still, and nearer it."""
+        rounded = [j for j in range(len(self.infos)) if self.step[j] > 0]
+        if not rounded:
+            return
+        bins = self._sample_bins()
+        for j in rounded:
+            info = self.infos[j]
+            if len(info.occupied_min) != info.bins or len(info.occupied_max) != info.bins:
+                continue
+            b = bins[:, j]
+            has = b > 0
+            lo = info.occupied_min[b[has] - 1]
+            hi = info.occupied_max[b[has] - 1]
+            v = self.s_vals[has, j]
+            self.s_vals[has, j] = np.where(np.isfinite(lo) & np.isfinite(hi), np.clip(v, lo, hi), v)
 
     def _sample_bins(self) -> np.ndarray:
         """(n, J): each sample row's fine bin per column (0 = NULL), from its stored value: as the build assigned
@@ -1442,7 +1493,7 @@ class Synopsis:
                     continue
                 u = sum(np.broadcast_to(wk, (len(gids),))[t] * y[a:b, k] for k, wk in zip(ks, ws, strict=True))
                 out[t] = self.N[g] ** 2 * u.var(ddof=1) / (b - a) * max(0.0, 1 - (b - a) / self.N[g])
-            return out
+            return GroupVariances(out)
 
         return est, var_fn, np.full(G, np.inf), True
 
@@ -1453,7 +1504,7 @@ def _without(empty: np.ndarray, est: np.ndarray, var_fn, support: np.ndarray):
     est = np.where(empty[:, None], 0.0, est)
 
     def var_of(gids, ks, ws):
-        return np.where(empty[gids], 0.0, var_fn(gids, ks, ws))
+        return var_fn(gids, ks, ws).without(empty[gids])
 
     return est, var_of, np.where(empty, np.inf, support)
 
