@@ -170,7 +170,7 @@ def test_term_on_too_few_rows_is_not_fitted(rows_on, path, monkeypatch):
 
 @pytest.mark.parametrize("spread", [3e-5, 1e-3])
 def test_nearly_collinear_terms_do_not_extrapolate(spread):
-    """Two terms equal among the sampled rows up to 3e-5 (or 1e-2) but apart elsewhere (rows the sample
+    """Two terms equal among the sampled rows up to 3e-5 (or 1e-3) but apart elsewhere (rows the sample
     missed): the direction between them carries less than one row's worth of the sample and must be dropped
     (the √ε cut, or MIN_INFORMATION); kept, it took a weight in the hundreds and moved the answer by far more
     than its interval."""
@@ -191,7 +191,7 @@ def test_nearly_collinear_terms_do_not_extrapolate(spread):
 def test_what_a_dropped_direction_would_add_is_in_the_interval(monkeypatch):
     """A term equal to the model's prediction among the sampled rows up to noise of 1e-3 (a direction under one
     row's worth: left out of the estimate), and the target itself; 40 rows the sample missed carry it 50 apart.
-    The estimate misses them by far more than its residuals show (population's SUM 31.7 M off inside ±2.8 M);
+    The estimate misses them by far more than its residuals show (as population's SUM missed 31.7 M inside ±2.8 M);
     the interval counts what the fit with that direction would add, at its full size, and holds the truth."""
     import densitas.aqp.estimator as est
 
@@ -213,6 +213,42 @@ def test_what_a_dropped_direction_would_add_is_in_the_interval(monkeypatch):
     full = _one_group(y, z, rows, N)
     assert full.extrapolation is None, f"seed {SEED}"
     assert t.extrapolation[0, 0] == pytest.approx(full.value[0, 0] - t.value[0, 0], rel=1e-6), f"seed {SEED}"
+
+
+def test_the_extrapolation_is_the_answer_of_the_fit_with_every_direction_in_every_kind_of_group(monkeypatch):
+    """Two keys over six groups of every kind the estimator treats apart (a full fit, one with too few rows per
+    term: the prediction and an intercept, one too small even for that: the difference estimator, one with no
+    sample), each with a term equal to the prediction up to 1e-3 among its sampled rows and 40 unsampled rows
+    50 apart: per group and key, the extrapolation is what the fit with every direction answers less the estimate.
+    Catches a two-term fit's, a tiny group's or the expansion weight's mistake in it."""
+    import densitas.aqp.estimator as est
+
+    rng = np.random.default_rng(SEED)
+    sizes, Ns = [300, 25, 12, 8, 0, 150], [20_000, 3000, 2000, 1000, 500, 8000]
+    K, G = 2, len(sizes)
+    Z, rows, ys = np.zeros((K, G, 3)), [[] for _ in range(K)], [[] for _ in range(K)]
+    for g, (Ng, ng) in enumerate(zip(Ns, sizes, strict=True)):
+        s = rng.choice(np.arange(min(1000, Ng // 2), Ng), ng, replace=False) if ng else np.zeros(0, dtype=np.int64)
+        for k in range(K):
+            m = rng.uniform(0.5, 1.5, Ng)
+            z1 = m + 1e-3 * rng.normal(size=Ng)
+            z1[:40] += 50.0 * (k + 1)
+            z2 = rng.uniform(size=Ng)
+            y = z1 + 0.3 * z2 + 0.1 * rng.normal(size=Ng)
+            Z[k, g] = [m.sum(), z1.sum(), z2.sum()]
+            rows[k].append(np.stack([m[s], z1[s], z2[s]], axis=1))
+            ys[k].append(y[s])
+    gid = np.repeat(np.arange(G), sizes)
+    y = np.stack([np.concatenate(ys[k]) for k in range(K)], axis=1)
+    aux = [Auxiliaries(rows=np.concatenate(rows[k]), totals=Z[k]) for k in range(K)]
+    N, n = np.array(Ns, dtype=float), np.array(sizes, dtype=float)
+    t = regression_totals(y, aux, gid, N, n)
+    monkeypatch.setattr(est, "MIN_INFORMATION", 0.0)
+    full = regression_totals(y, aux, gid, N, n)
+    assert t.extrapolation is not None and full.extrapolation is None, f"seed {SEED}"
+    np.testing.assert_allclose(t.extrapolation, full.value - t.value, rtol=1e-6, atol=1e-9 * np.abs(t.value).max(),
+                               err_msg=f"seed {SEED}")
+    assert np.abs(t.extrapolation[0]).max() > 1000, f"seed {SEED}: the full fit's group extrapolates"
 
 
 def test_a_fit_that_drops_no_direction_adds_nothing_to_the_variance():

@@ -216,7 +216,8 @@ class GroupTotals:
 
     def sampling_variance(self, gids: np.ndarray, ks: list[int], ws: list[np.ndarray | float]) -> np.ndarray:
         """(len(gids),): the estimated variance of ``Σ_k w_k T̂_k`` for each group of ``gids`` (weights scalar or
-        one per group of ``gids``): ``N²(1 − n/N)/n`` times the sample variance of the combined residuals.
+        one per group of ``gids``): ``N²(1 − n/N)/n`` times the sample variance of the combined residuals, plus
+        the square of what the directions the fit leaves out would move it by (:meth:`extrapolation_variance`).
 
         Examples
         --------
@@ -454,7 +455,9 @@ def _extrapolation(beta_all: np.ndarray | None, beta: np.ndarray, Xt: np.ndarray
     """(G, K) or None: per group and key, what the answer would change by if the fit also took the directions
     :data:`MIN_INFORMATION` drops, ``(β_all − β)ᵀ (Z − (N/n) Σ_s x)`` (the estimate is ``βᵀZ + (N/n) Σ_s (y −
     βᵀx)``, so the sample's sum of ``y`` cancels): those directions' coefficients times the gap between the
-    terms' exact totals and the sample's estimate of them. None where no direction was dropped."""
+    terms' exact totals and the sample's estimate of them. None where no direction was dropped. The terms left
+    out for too few rows where a fit calibrates with negative weights are chosen on the estimate's own fit, so
+    where the fit with every direction would leave out others, this is not quite its answer."""
     if beta_all is None:
         return None
     w = (N / np.maximum(n, 1))[:, None]
@@ -783,7 +786,8 @@ def _coefficients(fit: _Fit, two: _Fit | None, small: np.ndarray, tiny: np.ndarr
     """The coefficients (K, G, P) and ``(XᵀX)⁺`` (K, G, P, P) of every key's and group's fit: the full fit, the
     two-term one (the model's prediction and the intercept) where ``small`` (K, G), none (the difference
     estimator) for the groups ``tiny`` (G,); the prediction's coefficient 1 plus its fitted correction. Written
-    into ``fit``'s arrays (each fit is used once)."""
+    into ``fit``'s arrays (each fit is used once), ``fit.beta_all`` (the coefficients from every direction) with
+    the same choices."""
     ginv = fit.ginv
     if two is not None and small.any():
         ginv[small] = 0.0
@@ -878,8 +882,8 @@ def _pinv_symmetric(A: np.ndarray, rcond: np.ndarray, wider: float | None = None
                     ) -> tuple[np.ndarray, np.ndarray | None]:
     """The pseudo-inverses of a stack of symmetric matrices (G, p, p), eigenvalues below ``rcond`` (G,) times
     the largest in size dropped (``numpy.linalg.pinv(A, rcond, hermitian=True)``, from one ``eigh``); and, from
-    the same ``eigh``, the one that keeps every eigenvalue above ``wider`` (scalar, below ``rcond``) times the
-    largest, or None where that keeps no more of them (or ``wider`` is None)."""
+    the same ``eigh``, the ones that keep every eigenvalue above ``wider`` (scalar, below ``rcond``) times the
+    largest, or None where that keeps no more in any matrix of the stack (or ``wider`` is None)."""
     s, u = np.linalg.eigh(A)
     mag = np.abs(s)
     top = mag.max(axis=1, keepdims=True)
