@@ -793,10 +793,11 @@ def _coefficients(fit: _Fit, two: _Fit | None, small: np.ndarray, tiny: np.ndarr
         ginv[small] = 0.0
         ginv[small, :2, :2] = two.ginv[small]
     ginv[:, tiny] = 0.0
-    two_cut = two is not None and two.beta_all is not None and bool(small.any())
-    if fit.beta_all is not None or two_cut:  # the same choices for the coefficients from every direction
+    # the same choices for the coefficients from every direction; a two-term fit's cut implies its group's full
+    # fit's (its matrix is a principal submatrix of the full one, unit diagonal alike: eigenvalues interlace)
+    if fit.beta_all is not None:
         two_all = None if two is None else (two.beta if two.beta_all is None else two.beta_all)
-        fit.beta_all = _chosen(fit.beta.copy() if fit.beta_all is None else fit.beta_all, two_all, small, tiny)
+        fit.beta_all = _chosen(fit.beta_all, two_all, small, tiny)
     return _chosen(fit.beta, None if two is None else two.beta, small, tiny), ginv
 
 

@@ -530,9 +530,7 @@ class Synopsis:
             return True
         inside, reached = _bins_kept(info.occupied_min, info.occupied_max, ivals)
         part = np.concatenate([[False], reached & ~inside])  # bin 0: NULL, which no condition keeps
-        if self._bins_by_col is None:
-            self._bins_by_col = np.ascontiguousarray(self._sample_bins().T)
-        return part[self._bins_by_col[u]]
+        return part[self._bins_by_column()[u]]
 
     def _doubt_total(self, w: np.ndarray | None, j: int | None = None) -> np.ndarray:
         """(G,): per group, the rows in doubt's weights ``w`` (:meth:`_doubtful`), times ``|value of j|`` when
@@ -1089,6 +1087,12 @@ class Synopsis:
         den = np.bincount(run.take(b), w, minlength=run[-1] + 1)
         return np.where(den > 0, num / np.where(den > 0, den, 1), 0.0).take(run)
 
+    def _bins_by_column(self) -> np.ndarray:
+        """(J, n): :meth:`_sample_bins` one column's bins contiguous; computed once."""
+        if self._bins_by_col is None:
+            self._bins_by_col = np.ascontiguousarray(self._sample_bins().T)
+        return self._bins_by_col
+
     def _clamp_rounded_values(self) -> None:
         """Each rounded sample value (``step`` > 0) moved into the range its fine bin's rows hold
         (``occupied_min``, ``occupied_max``), where the row's own value lies: a value rounded down from a bin's
@@ -1147,9 +1151,7 @@ class Synopsis:
                 for sl in slices:
                     mask[sl] = True
                 idx = np.flatnonzero(mask)
-        if self._bins_by_col is None:
-            self._bins_by_col = np.ascontiguousarray(self._sample_bins().T)
-        rows = _Rows(idx, self.s_gid[idx], self._vals_by_col, self._bins_by_col, self._cell_index,
+        rows = _Rows(idx, self.s_gid[idx], self._vals_by_col, self._bins_by_column(), self._cell_index,
                      self._centre_of)
         for u in S:
             match = rows.match[u] = self._row_match(u, box[u], rows.vals(u))
@@ -1192,7 +1194,7 @@ class Synopsis:
         index into a (G, B_j + 1) table. Computed once per column."""
         got = self._cell_indexes.get(j)
         if got is None:
-            got = self._cell_indexes[j] = self.s_gid * self.fine[j].shape[1] + self._bins_by_col[j]
+            got = self._cell_indexes[j] = self.s_gid * self.fine[j].shape[1] + self._bins_by_column()[j]
         return got
 
     def _sorted_by_bin(self, u: int) -> tuple[np.ndarray, np.ndarray]:
