@@ -59,7 +59,7 @@ from densitas.aqp.sql import Condition, Query
 from densitas.aqp.store import StoredPair
 from densitas.exceptions import UnsupportedQueryError
 
-__all__ = ["MIN_SUPPORT", "Synopsis", "interval_variance", "load", "z_value"]
+__all__ = ["MIN_SUPPORT", "GroupVariances", "Synopsis", "interval_variance", "load", "z_value"]
 
 # an answer whose interval rests on fewer sample rows inside the box than this carries a warning
 MIN_SUPPORT = 10
