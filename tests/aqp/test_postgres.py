@@ -194,7 +194,9 @@ def test_intervals_cover_from_both_sides_on_postgres(pg_url):
                f"{cover:.3f}, E|z| {mean_abs:.3f}, median error {np.median(errs):.4f}")
         print(msg)
         assert len(z) >= 60, msg
-        assert 0.85 <= cover <= 0.99, msg
+        # as the refresh's test: too wide fails E|z|'s lower bound and the coverage's upper (no miss at all). About
+        # 120 answers: one miss (0.992) happens at a true 95–97% one time in 7 to 70 (seen at DENSITAS_TEST_SEED=8)
+        assert 0.85 <= cover <= 0.995, msg
         assert 0.5 <= mean_abs <= 1.15, msg
         assert np.median(errs) < 0.05, msg
     finally:
