@@ -209,7 +209,7 @@ def test_what_a_dropped_direction_would_add_is_in_the_interval(monkeypatch):
     z = np.stack([m, z1], axis=1)
     t = _one_group(y, z, rows, N)
     g, W = np.array([0]), np.ones((1, 1))
-    var, extra = t.variance_of(g, W, [0])[0], t.extrapolation_variance(g, W)[0]
+    var, extra = t.variance_of(g, W, [0])[0], t.extrapolation_variance(g, W)[0] + t.extrapolation_noise(g, W)[0]
     err = t.value[0, 0] - y.sum()
     assert abs(err) > 10 * np.sqrt(var - extra), f"seed {SEED}: the residuals alone do not see the 40 rows"
     assert abs(err) < 1.96 * np.sqrt(var), f"seed {SEED}: {err} outside ±{1.96 * np.sqrt(var)}"
@@ -576,3 +576,54 @@ def test_discrete_columns_with_their_full_grids_answer_exactly(rng, monkeypatch)
     with pytest.raises(AssertionError, match="the fit ran"):  # (the sample does decide this one)
         eng.query(f"SELECT SUM(z) AS v FROM t {where}")
     con.close()
+
+
+def test_the_shifts_own_noise_is_its_variance_over_repeated_samples():
+    """The fit with every direction takes its coefficient along a dropped direction from the few rows that carry
+    it, so the shift (:attr:`GroupTotals.extrapolation`) moves with their noise. Over repeated noise on fixed
+    rows, the shift's variance must match :meth:`GroupTotals.extrapolation_noise` (σ² gapᵀ Δ gap with σ² the
+    residuals' estimate); the rows that carry the direction apart from the prediction are 40 of 400, 0.3 apart,
+    while in the table 200 unsampled rows are 5 apart. A mutation that drops the term, squares the gap wrongly or
+    takes the kept directions' part instead fails by a factor of 2 or more."""
+    rng = np.random.default_rng(SEED)
+    N, n, sigma, reps = 20_000, 400, 0.5, 1500
+    m = rng.uniform(0.5, 1.5, N)
+    z1 = m.copy()
+    z1[:200] += 5.0  # unsampled rows far apart
+    rows = rng.choice(np.arange(1000, N), n, replace=False)
+    z1[rows[:40]] += 0.3 * rng.normal(size=40)  # the few sampled rows that carry the direction, barely
+    z2 = rng.uniform(size=N)
+    z = np.stack([m, z1, z2], axis=1)
+    totals = z.sum(axis=0)[None, :]
+    aux = [Auxiliaries(rows=z[rows], totals=totals)]
+    gid, Nv, nv = np.zeros(n, dtype=np.int64), np.array([float(N)]), np.array([float(n)])
+    g, W = np.array([0]), np.ones((1, 1))
+    shifts, noise = [], []
+    for _ in range(reps):
+        y = m[rows] + 0.7 * z2[rows] + sigma * rng.normal(size=n)
+        t = regression_totals(y[:, None], aux, gid, Nv, nv)
+        assert t.extrapolation is not None, f"seed {SEED}: the direction must be dropped"
+        shifts.append(t.extrapolation[0, 0])
+        noise.append(t.extrapolation_noise(g, W)[0])
+    ratio = np.var(shifts) / np.mean(noise)
+    assert 0.8 < ratio < 1.25, f"seed {SEED}: the shift's variance over its stated noise is {ratio:.3f}"
+
+
+def test_the_shifts_own_noise_reaches_the_engines_variance():
+    """The noise of the dropped directions' shift is part of :meth:`GroupTotals.variance_of` (and of the engine's
+    interval, through the grid estimator's variance function)."""
+    rng = np.random.default_rng(SEED)
+    N, n = 20_000, 400
+    m = rng.uniform(0.5, 1.5, N)
+    z1 = m.copy()
+    z1[:200] += 5.0
+    rows = rng.choice(np.arange(1000, N), n, replace=False)
+    z1[rows[:40]] += 0.3 * rng.normal(size=40)
+    y = m + 0.5 * rng.normal(size=N)
+    t = _one_group(y, np.stack([m, z1], axis=1), rows, N)
+    g, W = np.array([0]), np.ones((1, 1))
+    ss = np.einsum("gk,gkl,gl->g", W, t.residual_scatter[g], W)
+    noise = t.extrapolation_noise(g, W)[0]
+    assert noise > 0, f"seed {SEED}"
+    assert t.variance_of(g, W, [0])[0] == pytest.approx(
+        t.residual_variance(g, ss, [0])[0] + noise + t.extrapolation_variance(g, W)[0], rel=1e-12), f"seed {SEED}"

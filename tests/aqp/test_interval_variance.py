@@ -171,3 +171,31 @@ def test_what_a_dropped_fit_direction_would_add_widens_the_answers_interval(rng,
     assert groups == 3
     z = 1.959963984540054
     assert after == pytest.approx(z * np.sqrt((before / z) ** 2 + (groups * shift) ** 2), rel=1e-6)
+
+
+def test_the_shifts_own_noise_widens_the_answers_interval(rng, monkeypatch):
+    """The noise of that shift (GroupTotals.extrapolation_noise, from its scatter ``shift_scatter``) reaches the
+    reported interval too, summed over the groups an answer adds up (their samples are independent)."""
+    from densitas.aqp.estimator import regression_totals
+
+    con = duckdb.connect()
+    x = rng.uniform(0, 1, 60_000) ** 3
+    con.register("df", pd.DataFrame({"x": x, "y": rng.normal(size=len(x)), "g": rng.choice(["a", "b", "c"], len(x))}))
+    con.execute("CREATE TABLE t AS SELECT * FROM df")
+    eng = Engine(con)
+    eng.build("t", columns=["x", "y"], group_by=["g"], budget_bytes=200_000, sample_size=6000, max_bins=64)
+    sql = "SELECT COUNT(*) AS n FROM t WHERE x < 0.4 AND y > 0.1"
+    before = _half_width(eng, sql)
+    noise = (2.0 * before) ** 2  # a variance per group, past the residuals' own
+
+    def with_noise(*args, **kwargs):
+        t = regression_totals(*args, **kwargs)
+        K = t.value.shape[1]
+        t.shift_scatter = np.zeros((len(t.N), K, K))
+        t.shift_scatter[:, 0, 0] = noise  # the count's key is the first
+        return t
+
+    monkeypatch.setattr(syn_mod, "regression_totals", with_noise)
+    after = _half_width(eng, sql)
+    z = 1.959963984540054
+    assert after == pytest.approx(z * np.sqrt((before / z) ** 2 + 3 * noise), rel=1e-6)

@@ -33,7 +33,8 @@ residuals and extrapolates to the population totals with nothing in the sample t
 expansion estimate of the totals ``Z``), is added to the variance at its full size
 (:attr:`GroupTotals.extrapolation`): the sample can neither confirm nor rule it out, so the interval holds both
 answers. This is a sensitivity term in the spirit of the model-error terms of model-assisted estimation, not a
-variance the design estimates.
+variance the design estimates. That shift is ``Σ_i a_i e_i`` over the rows that carry those directions, so its
+own noise enters the variance as well, by the sandwich ``Σ_i (a_i e_i)²`` (:meth:`GroupTotals.extrapolation_noise`).
 
 Groups whose sample is too small for every term (fewer than ``MIN_ROWS_PER_TERM`` rows per term) fit only an
 intercept and the model's own prediction (the simple regression estimator, ibid. §6.5); groups too small even
@@ -212,6 +213,9 @@ class GroupTotals:
     # (G, K) or None: what the answer would take from the fit directions under one row's worth of the group's
     # sample, which the estimate leaves out (MIN_INFORMATION); counted in the variance at its full size
     extrapolation: np.ndarray | None = None
+    # (G, K, K) or None: per group, the keys' shifts' own scatter Σ u uᵀ (their coefficients are least squares
+    # on the few rows that carry the directions); see extrapolation_noise
+    shift_scatter: np.ndarray | None = None
     _expansion: np.ndarray | None = field(default=None, repr=False)
 
     def sampling_variance(self, gids: np.ndarray, ks: list[int], ws: list[np.ndarray | float]) -> np.ndarray:
@@ -249,7 +253,33 @@ class GroupTotals:
         True
         """
         ss = np.einsum("gk,gkl,gl->g", W, self.residual_scatter[gids], W)  # of the combined residuals
-        return self.residual_variance(gids, ss, ks) + self.extrapolation_variance(gids, W)
+        return (self.residual_variance(gids, ss, ks) + self.extrapolation_noise(gids, W)
+                + self.extrapolation_variance(gids, W))
+
+    def extrapolation_noise(self, gids: np.ndarray, W: np.ndarray) -> np.ndarray:
+        """(len(gids),): per group, the variance of the shift :meth:`extrapolation_shift` itself, for the
+        combination ``W`` (len(gids), K) of the keys; 0 where the fit dropped no direction.
+
+        The fit with every direction takes its coefficients along the dropped ones from the few rows that carry
+        them: it exceeds the estimate's by ``Δ Xᵀe`` (``Δ`` the part of ``(XᵀX)⁺`` along those directions, ``e``
+        the estimate's residuals), so the shift is ``Σ_i a_i e_i`` with ``a_i = x_iᵀ Δ (Z − Ẑ_HT)``, and it moves
+        with those rows' errors. The interval that holds the full fit's answer must hold that noise too: its
+        sandwich variance ``Σ_i (Σ_k w_k a_ik e_ik)²`` (White 1980), each row's own residual standing for its
+        error, so that rows fitting the direction closely (an exact grid's answer) add nothing. The groups'
+        samples are independent: an answer over several sums their variances.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> t = GroupTotals(*[np.zeros((1, 1))] * 3, np.zeros((0, 1)), np.zeros(0, dtype=int), np.ones(1),
+        ...                 np.ones(1), np.ones((1, 1)), np.zeros(1), np.zeros((1, 1)), np.zeros((1, 1, 1)),
+        ...                 extrapolation=np.array([[3.0]]), shift_scatter=np.array([[[5.0]]]))
+        >>> t.extrapolation_noise(np.array([0]), np.array([[2.0]])).tolist()   # 2² · 5
+        [20.0]
+        """
+        if self.shift_scatter is None:
+            return np.zeros(len(gids))
+        return np.maximum(np.einsum("gk,gkl,gl->g", W, self.shift_scatter[gids], W), 0.0)
 
     def extrapolation_variance(self, gids: np.ndarray, W: np.ndarray) -> np.ndarray:
         """(len(gids),): per group, the square of what the combination ``W`` (len(gids), K) of the keys' totals
@@ -396,13 +426,16 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
     # model's predictions and sums) stay: seen on a few rows they may fit them exactly (a discrete value's SUM)
     dropped = _unsupported_terms(~small & ~tiny[None, :], X, rg, xty.shape[2], sparse_from)
     fit = _solve(xtx, xty, n, X, drop=dropped if dropped.any() else None)
-    lev, forms = _WORK.get("lev", (K, m)), _WORK.get("forms", (K, 2, m))
+    lev = _WORK.get("lev", (K, m))
     while True:
         beta, ginv = _coefficients(fit, two, small, tiny)
         # each row's leverage h = xᵀ(XᵀX)⁺x in its group's fit (an outside row's, x = (1, 0, …, 0), is
         # (XᵀX)⁺₀₀), its residual e = y − xᵀβ (an outside row's −β₀) and, for the variance, its g-weight
         c = _g_coefficients(Xt, ginv, fit.xsum, N, n)
-        W = np.stack([beta, c], axis=2)  # (K, G, 2, P)
+        # and, where the fit left directions out, a = xᵀ Δ gap: the shift they would add is Σ a e (_shift_scatter)
+        pull = _dropped_pull(fit.ginv_dropped, Xt, fit.xsum, N, n)
+        W = np.stack([beta, c] if pull is None else [beta, c, pull], axis=2)  # (K, G, 2 or 3, P)
+        forms = _WORK.get("forms", (K, W.shape[2], m))
         if stack is not None:
             stack.forms(ginv, W, lev, forms)
         else:
@@ -435,6 +468,7 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
     outside = n - rg.rows  # rows with X = (1, 0, …, 0) and y = 0
     model = (Xt * beta).sum(axis=2).T  # (G, K)
     extrapolation = _extrapolation(fit.beta_all, beta, Xt, fit.xsum, N, n)
+    shift_scatter = None if pull is None else _shift_scatter(forms[:, 2], e, pull[..., 0], e0, rg, outside)
     corr = (N / np.maximum(n, 1))[:, None] * (rg.sums(e) + outside[:, None] * e0.T)
     value = model + corr
     if LEAVE_ONE_OUT:
@@ -447,7 +481,8 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
         resid[order] = resid.copy()
         gid = np.asarray(gid)[np.argsort(order)]
     return GroupTotals(value, model, corr, resid, gid, N.astype(np.float64), n.astype(np.float64),
-                       np.maximum(dfs, 0.0), outside.astype(np.float64), resid0, scatter, extrapolation)
+                       np.maximum(dfs, 0.0), outside.astype(np.float64), resid0, scatter, extrapolation,
+                       shift_scatter)
 
 
 def _extrapolation(beta_all: np.ndarray | None, beta: np.ndarray, Xt: np.ndarray, xsum: np.ndarray, N: np.ndarray,
@@ -463,6 +498,30 @@ def _extrapolation(beta_all: np.ndarray | None, beta: np.ndarray, Xt: np.ndarray
     w = (N / np.maximum(n, 1))[:, None]
     gap = np.einsum("kgp,kgp->gk", beta_all - beta, Xt - w * xsum)
     return _finite_or_zero(gap)
+
+
+def _dropped_pull(ginv_dropped: np.ndarray | None, Xt: np.ndarray, xsum: np.ndarray, N: np.ndarray,
+                  n: np.ndarray) -> np.ndarray | None:
+    """(K, G, P) or None: per key and group ``Δ gap``, ``gap = Z − (N/n) Σ_s x`` and ``Δ`` the part of the full
+    fit's ``(XᵀX)⁺`` along the directions :data:`MIN_INFORMATION` drops. The full fit's coefficients exceed the
+    estimate's by ``Δ Xᵀe`` (``e`` the estimate's residuals: the two pseudo-inverses share ``XᵀX``'s
+    eigenvectors), so :func:`_extrapolation`'s shift is ``Σ_i a_i e_i`` over the group's sample rows with
+    ``a_i = x_iᵀ Δ gap``. None where no direction was dropped."""
+    if ginv_dropped is None:
+        return None
+    gap = Xt - (N / np.maximum(n, 1))[:, None] * xsum
+    return _finite_or_zero(np.einsum("kgpq,kgq->kgp", ginv_dropped, gap))
+
+
+def _shift_scatter(a: np.ndarray, e: np.ndarray, a0: np.ndarray, e0: np.ndarray, rg: _RowGroups,
+                   outside: np.ndarray) -> np.ndarray:
+    """(G, K, K): per group ``Σ_i u_i u_iᵀ`` with ``u_ik = a_ik e_ik`` over its sample rows (the given rows' ``a``,
+    ``e`` (K, m); the ``outside`` rows' ``a0``, ``e0`` (K, G)): the variance of the shift ``Σ_i a_i e_i`` as the
+    sandwich (heteroscedasticity-consistent) estimator gives it, each row's own residual standing for its
+    error (White 1980). Rows that carry a dropped direction but fit it closely add little."""
+    _, cross = rg.moments((a * e).T)
+    u0 = (a0 * e0).T  # (G, K)
+    return cross + outside[:, None, None] * (u0[:, :, None] * u0[:, None, :])
 
 
 def _scatter(r_sum: np.ndarray, r_cross: np.ndarray, r0: np.ndarray, outside: np.ndarray,
@@ -711,6 +770,9 @@ class _Fit:
     # the coefficients from every direction above √ε (MIN_INFORMATION's cut not applied); None where the cut
     # dropped none
     beta_all: np.ndarray | None = None
+    # ``(XᵀX)⁺`` over the directions the cut dropped only (the full fit's less this one's), in the terms' units;
+    # None where it dropped none
+    ginv_dropped: np.ndarray | None = None
 
 
 def _g_coefficients(Xt: np.ndarray, ginv: np.ndarray, xsum: np.ndarray, N: np.ndarray,
@@ -776,10 +838,12 @@ def _solve(xtx: np.ndarray, xty: np.ndarray, n: np.ndarray, X: list[_Design], dr
     inv = inv.reshape(K, G, q, q)
     beta = np.matmul(inv, (xty / scale)[..., None])[..., 0] / scale
     ginv = inv / scale[..., :, None] / scale[..., None, :]  # (XᵀX)⁺ in the terms' own units
-    beta_all = None  # with the directions MIN_INFORMATION drops: what the answer would take from them
+    beta_all = ginv_dropped = None  # with the directions MIN_INFORMATION drops: what the answer would take from them
     if inv_all is not None:
-        beta_all = _finite_or_zero(np.matmul(inv_all.reshape(K, G, q, q), (xty / scale)[..., None])[..., 0] / scale)
-    return _Fit(_finite_or_zero(beta), _finite_or_zero(ginv), xsum, beta_all)
+        inv_all = inv_all.reshape(K, G, q, q)
+        beta_all = _finite_or_zero(np.matmul(inv_all, (xty / scale)[..., None])[..., 0] / scale)
+        ginv_dropped = _finite_or_zero((inv_all - inv) / scale[..., :, None] / scale[..., None, :])
+    return _Fit(_finite_or_zero(beta), _finite_or_zero(ginv), xsum, beta_all, ginv_dropped)
 
 
 def _coefficients(fit: _Fit, two: _Fit | None, small: np.ndarray, tiny: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -798,6 +862,10 @@ def _coefficients(fit: _Fit, two: _Fit | None, small: np.ndarray, tiny: np.ndarr
     if fit.beta_all is not None:
         two_all = None if two is None else (two.beta if two.beta_all is None else two.beta_all)
         fit.beta_all = _chosen(fit.beta_all, two_all, small, tiny)
+        fit.ginv_dropped[small] = 0.0
+        if two is not None and two.ginv_dropped is not None and small.any():
+            fit.ginv_dropped[small, :2, :2] = two.ginv_dropped[small]
+        fit.ginv_dropped[:, tiny] = 0.0
     return _chosen(fit.beta, None if two is None else two.beta, small, tiny), ginv
 
 

@@ -154,8 +154,9 @@ def _accepts(v: np.ndarray, lo: float, loi: bool, hi: float, hii: bool) -> np.nd
 @dataclass
 class GroupVariances:
     """What a query's variance function gives for the groups it is asked about: each group's sampling variance
-    (the residuals' or the model's, :func:`interval_variance`) and, where the fit left directions out, what they
-    would move the group's total by (signed, :meth:`~densitas.aqp.estimator.GroupTotals.extrapolation_shift`).
+    (the residuals' or the model's, :func:`interval_variance`, plus the noise of the shift below,
+    :meth:`~densitas.aqp.estimator.GroupTotals.extrapolation_noise`) and, where the fit left directions out, what
+    they would move the group's total by (signed, :meth:`~densitas.aqp.estimator.GroupTotals.extrapolation_shift`).
 
     Examples
     --------
@@ -932,8 +933,8 @@ class Synopsis:
             for k, wk in zip(ks, ws, strict=True):
                 W[:, k] += wk
             scatter, moment = np.einsum("gk,gjkl,gl->jg", W, quadratic[gids], W)
-            return GroupVariances(interval_variance(totals.residual_variance(gids, scatter, ks), place[gids] * moment),
-                                  totals.extrapolation_shift(gids, W))
+            sampling = interval_variance(totals.residual_variance(gids, scatter, ks), place[gids] * moment)
+            return GroupVariances(sampling + totals.extrapolation_noise(gids, W), totals.extrapolation_shift(gids, W))
 
         return totals.value, var_fn, self._support(rows), True
 
