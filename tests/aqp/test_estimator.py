@@ -581,10 +581,11 @@ def test_discrete_columns_with_their_full_grids_answer_exactly(rng, monkeypatch)
 def test_the_shifts_own_noise_is_its_variance_over_repeated_samples():
     """The fit with every direction takes its coefficient along a dropped direction from the few rows that carry
     it, so the shift (:attr:`GroupTotals.extrapolation`) moves with their noise. Over repeated noise on fixed
-    rows, the shift's variance must match :meth:`GroupTotals.extrapolation_noise` (σ² gapᵀ Δ gap with σ² the
-    residuals' estimate); the rows that carry the direction apart from the prediction are 40 of 400, 0.3 apart,
-    while in the table 200 unsampled rows are 5 apart. A mutation that drops the term, squares the gap wrongly or
-    takes the kept directions' part instead fails by a factor of 2 or more."""
+    rows, the shift's variance must match :meth:`GroupTotals.extrapolation_noise` (the sandwich Σ (a e)²): the
+    rows that carry the direction apart from the prediction are 40 of 400, 0.3 apart, while in the table 200
+    unsampled rows are 5 apart. Two keys on the same terms, the second's target the first's plus noise of half
+    its size: the difference of their totals (an AVG's combination mixes keys so) must match too, which a
+    per-key sum of squares (no cross term) misses by a factor of about 9. A term doubled or halved fails by 2."""
     rng = np.random.default_rng(SEED)
     N, n, sigma, reps = 20_000, 400, 0.5, 1500
     m = rng.uniform(0.5, 1.5, N)
@@ -595,18 +596,47 @@ def test_the_shifts_own_noise_is_its_variance_over_repeated_samples():
     z2 = rng.uniform(size=N)
     z = np.stack([m, z1, z2], axis=1)
     totals = z.sum(axis=0)[None, :]
-    aux = [Auxiliaries(rows=z[rows], totals=totals)]
+    aux = [Auxiliaries(rows=z[rows], totals=totals)] * 2
     gid, Nv, nv = np.zeros(n, dtype=np.int64), np.array([float(N)]), np.array([float(n)])
-    g, W = np.array([0]), np.ones((1, 1))
-    shifts, noise = [], []
+    g = np.array([0])
+    one, diff = np.array([[1.0, 0.0]]), np.array([[1.0, -1.0]])
+    shifts, noise_one, noise_diff = [], [], []
     for _ in range(reps):
-        y = m[rows] + 0.7 * z2[rows] + sigma * rng.normal(size=n)
-        t = regression_totals(y[:, None], aux, gid, Nv, nv)
+        y1 = m[rows] + 0.7 * z2[rows] + sigma * rng.normal(size=n)
+        y = np.stack([y1, y1 + 0.5 * sigma * rng.normal(size=n)], axis=1)
+        t = regression_totals(y, aux, gid, Nv, nv)
         assert t.extrapolation is not None, f"seed {SEED}: the direction must be dropped"
-        shifts.append(t.extrapolation[0, 0])
-        noise.append(t.extrapolation_noise(g, W)[0])
-    ratio = np.var(shifts) / np.mean(noise)
-    assert 0.8 < ratio < 1.25, f"seed {SEED}: the shift's variance over its stated noise is {ratio:.3f}"
+        shifts.append(t.extrapolation[0])
+        noise_one.append(t.extrapolation_noise(g, one)[0])
+        noise_diff.append(t.extrapolation_noise(g, diff)[0])
+    shifts = np.array(shifts)
+    ratio_one = np.var(shifts[:, 0]) / np.mean(noise_one)
+    ratio_diff = np.var(shifts[:, 0] - shifts[:, 1]) / np.mean(noise_diff)
+    assert 0.8 < ratio_one < 1.25, f"seed {SEED}: the shift's variance over its stated noise is {ratio_one:.3f}"
+    assert 0.8 < ratio_diff < 1.25, f"seed {SEED}: for the keys' difference, {ratio_diff:.3f}"
+
+
+def test_a_direction_only_the_two_term_fit_drops_is_counted(monkeypatch):
+    """A group too small for every term fits the prediction and an intercept only; where that fit drops a direction
+    (the prediction nearly constant among its rows) while the full fit drops none above √ε (its third term an exact
+    linear function of the prediction), the shift is still the two-term fit with that direction less the estimate,
+    and its noise is counted."""
+    import densitas.aqp.estimator as est
+
+    rng = np.random.default_rng(SEED)
+    N, n = 3000, 25  # 25 rows for 3 terms: fewer than MIN_ROWS_PER_TERM a term
+    m = 1.0 + 0.003 * rng.normal(size=N)
+    z1 = (m - m.mean()) / m.std()  # exactly collinear with the intercept and m
+    m[:40] += 0.5  # unsampled rows where the prediction differs
+    y = m + 0.3 * rng.normal(size=N)
+    rows = rng.choice(np.arange(100, N), n, replace=False)
+    z = np.stack([m, z1], axis=1)
+    t = _one_group(y, z, rows, N)
+    assert t.extrapolation is not None and t.shift_scatter is not None, f"seed {SEED}"
+    monkeypatch.setattr(est, "MIN_INFORMATION", 0.0)
+    full = _one_group(y, z, rows, N)
+    assert t.extrapolation[0, 0] == pytest.approx(full.value[0, 0] - t.value[0, 0], rel=1e-6), f"seed {SEED}"
+    assert t.extrapolation_noise(np.array([0]), np.ones((1, 1)))[0] > 0, f"seed {SEED}"
 
 
 def test_the_shifts_own_noise_reaches_the_engines_variance():

@@ -56,9 +56,10 @@ def test_a_cut_bin_the_sample_sees_adds_no_placement_variance(rng, monkeypatch):
         with monkeypatch.context() as m:  # a threshold no bin reaches: the term counts again
             m.setattr(syn_mod, "SEEN_ROWS", 10**9)
             both, placement, residual = _parts(eng, sql, monkeypatch)
-        assert 0 < placement < residual, cut
-        # the larger, not the sum (which would count the cut bins' error twice)
-        assert both == pytest.approx(residual, rel=1e-9), cut
+        assert 0 < placement and 0 < residual, cut
+        # the larger, not the sum (which would count the cut bins' error twice); usually the residuals', but the
+        # model's term may be larger in a sample (DENSITAS_SEED=2970063824: 214 against 163)
+        assert both == pytest.approx(max(placement, residual), rel=1e-9), cut
         assert both < np.hypot(placement, residual) * (1 - 1e-6), cut
     eng.con.close()
 

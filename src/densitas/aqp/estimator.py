@@ -221,7 +221,8 @@ class GroupTotals:
     def sampling_variance(self, gids: np.ndarray, ks: list[int], ws: list[np.ndarray | float]) -> np.ndarray:
         """(len(gids),): the estimated variance of ``Σ_k w_k T̂_k`` for each group of ``gids`` (weights scalar or
         one per group of ``gids``): ``N²(1 − n/N)/n`` times the sample variance of the combined residuals, plus
-        the square of what the directions the fit leaves out would move it by (:meth:`extrapolation_variance`).
+        the square of what the directions the fit leaves out would move it by (:meth:`extrapolation_variance`) and
+        that shift's own noise (:meth:`extrapolation_noise`).
 
         Examples
         --------
@@ -267,6 +268,11 @@ class GroupTotals:
         sandwich variance ``Σ_i (Σ_k w_k a_ik e_ik)²`` (White 1980), each row's own residual standing for its
         error, so that rows fitting the direction closely (an exact grid's answer) add nothing. The groups'
         samples are independent: an answer over several sums their variances.
+
+        Deliberately conservative: the estimate's error along those directions is their true contribution ``b``
+        (which the sample cannot check), and ``E[D²] = b² + Var(D)`` already, so ``D² + V̂(D)`` averages ``b² +
+        2 Var(D)``: an upper allowance for ``b²`` given one noisy ``D`` (``D²`` alone fell short of ``b²`` in a
+        quarter of the samples of a generated case, covering 80%).
 
         Examples
         --------
@@ -857,8 +863,11 @@ def _coefficients(fit: _Fit, two: _Fit | None, small: np.ndarray, tiny: np.ndarr
         ginv[small] = 0.0
         ginv[small, :2, :2] = two.ginv[small]
     ginv[:, tiny] = 0.0
-    # the same choices for the coefficients from every direction; a two-term fit's cut implies its group's full
-    # fit's (its matrix is a principal submatrix of the full one, unit diagonal alike: eigenvalues interlace)
+    # the same choices for the coefficients from every direction. A two-term fit may cut a direction where the full
+    # fit cut none above √ε (its near-null direction lies below √ε: an exactly collinear third term), so the full
+    # fit's "every direction" is then its own estimate
+    if fit.beta_all is None and two is not None and two.beta_all is not None and small.any():
+        fit.beta_all, fit.ginv_dropped = fit.beta.copy(), np.zeros_like(fit.ginv)
     if fit.beta_all is not None:
         two_all = None if two is None else (two.beta if two.beta_all is None else two.beta_all)
         fit.beta_all = _chosen(fit.beta_all, two_all, small, tiny)
