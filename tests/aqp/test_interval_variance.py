@@ -145,19 +145,24 @@ def test_a_cut_the_sample_sees_on_one_side_only_keeps_the_placement_variance(see
     con.close()
 
 
-def test_what_a_dropped_fit_direction_would_add_widens_the_answers_interval(rng, monkeypatch):
-    """The estimator's extrapolation term (GroupTotals.extrapolation: what the fit directions it leaves out would
-    add) reaches the interval an answer reports, at its full size; an answer over several groups takes their
-    shifts' sum squared (one fit's choice in every group, not independent errors), not the sum of their squares."""
-    from densitas.aqp.estimator import regression_totals
-
+def _three_groups(rng) -> tuple[Engine, str]:
+    """A table of three groups and a COUNT over two predicate columns whose answer adds up the three."""
     con = duckdb.connect()
     x = rng.uniform(0, 1, 60_000) ** 3
     con.register("df", pd.DataFrame({"x": x, "y": rng.normal(size=len(x)), "g": rng.choice(["a", "b", "c"], len(x))}))
     con.execute("CREATE TABLE t AS SELECT * FROM df")
     eng = Engine(con)
     eng.build("t", columns=["x", "y"], group_by=["g"], budget_bytes=200_000, sample_size=6000, max_bins=64)
-    sql = "SELECT COUNT(*) AS n FROM t WHERE x < 0.4 AND y > 0.1"
+    return eng, "SELECT COUNT(*) AS n FROM t WHERE x < 0.4 AND y > 0.1"
+
+
+def test_what_a_dropped_fit_direction_would_add_widens_the_answers_interval(rng, monkeypatch):
+    """The estimator's extrapolation term (GroupTotals.extrapolation: what the fit directions it leaves out would
+    add) reaches the interval an answer reports, at its full size; an answer over several groups takes their
+    shifts' sum squared (one fit's choice in every group, not independent errors), not the sum of their squares."""
+    from densitas.aqp.estimator import regression_totals
+
+    eng, sql = _three_groups(rng)
     before = _half_width(eng, sql)
     shift = 2.0 * before  # past the residuals' own width (far past it, the interval meets the count's bounds)
 
@@ -179,13 +184,7 @@ def test_the_shifts_own_noise_widens_the_answers_interval(rng, monkeypatch):
     reported interval too, summed over the groups an answer adds up (their samples are independent)."""
     from densitas.aqp.estimator import regression_totals
 
-    con = duckdb.connect()
-    x = rng.uniform(0, 1, 60_000) ** 3
-    con.register("df", pd.DataFrame({"x": x, "y": rng.normal(size=len(x)), "g": rng.choice(["a", "b", "c"], len(x))}))
-    con.execute("CREATE TABLE t AS SELECT * FROM df")
-    eng = Engine(con)
-    eng.build("t", columns=["x", "y"], group_by=["g"], budget_bytes=200_000, sample_size=6000, max_bins=64)
-    sql = "SELECT COUNT(*) AS n FROM t WHERE x < 0.4 AND y > 0.1"
+    eng, sql = _three_groups(rng)
     before = _half_width(eng, sql)
     noise = (2.0 * before) ** 2  # a variance per group, past the residuals' own
 

@@ -438,7 +438,7 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
         # each row's leverage h = xᵀ(XᵀX)⁺x in its group's fit (an outside row's, x = (1, 0, …, 0), is
         # (XᵀX)⁺₀₀), its residual e = y − xᵀβ (an outside row's −β₀) and, for the variance, its g-weight
         c = _g_coefficients(Xt, ginv, fit.xsum, N, n)
-        # and, where the fit left directions out, a = xᵀ Δ gap: the shift they would add is Σ a e (_shift_scatter)
+        # and, where the fit left directions out, a = xᵀ Δ gap: the shift they would add is Σ a e (_shift)
         pull = _dropped_pull(fit.ginv_dropped, Xt, fit.xsum, N, n)
         W = np.stack([beta, c] if pull is None else [beta, c, pull], axis=2)  # (K, G, 2 or 3, P)
         forms = _WORK.get("forms", (K, W.shape[2], m))
@@ -473,8 +473,8 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
         r0 = r0 * (1.0 + c[..., 0])
     outside = n - rg.rows  # rows with X = (1, 0, …, 0) and y = 0
     model = (Xt * beta).sum(axis=2).T  # (G, K)
-    extrapolation = _extrapolation(fit.beta_all, beta, Xt, fit.xsum, N, n)
-    shift_scatter = None if pull is None else _shift_scatter(forms[:, 2], e, pull[..., 0], e0, rg, outside)
+    extrapolation, shift_scatter = (None, None) if pull is None else \
+        _shift(forms[:, 2], e, pull[..., 0], e0, rg, outside)
     corr = (N / np.maximum(n, 1))[:, None] * (rg.sums(e) + outside[:, None] * e0.T)
     value = model + corr
     if LEAVE_ONE_OUT:
@@ -491,43 +491,32 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
                        shift_scatter)
 
 
-def _extrapolation(beta_all: np.ndarray | None, beta: np.ndarray, Xt: np.ndarray, xsum: np.ndarray, N: np.ndarray,
-                   n: np.ndarray) -> np.ndarray | None:
-    """(G, K) or None: per group and key, what the answer would change by if the fit also took the directions
-    :data:`MIN_INFORMATION` drops, ``(β_all − β)ᵀ (Z − (N/n) Σ_s x)`` (the estimate is ``βᵀZ + (N/n) Σ_s (y −
-    βᵀx)``, so the sample's sum of ``y`` cancels): those directions' coefficients times the gap between the
-    terms' exact totals and the sample's estimate of them. None where no direction was dropped. The terms left
-    out for too few rows where a fit calibrates with negative weights are chosen on the estimate's own fit, so
-    where the fit with every direction would leave out others, this is not quite its answer."""
-    if beta_all is None:
-        return None
-    w = (N / np.maximum(n, 1))[:, None]
-    gap = np.einsum("kgp,kgp->gk", beta_all - beta, Xt - w * xsum)
-    return _finite_or_zero(gap)
-
-
 def _dropped_pull(ginv_dropped: np.ndarray | None, Xt: np.ndarray, xsum: np.ndarray, N: np.ndarray,
                   n: np.ndarray) -> np.ndarray | None:
-    """(K, G, P) or None: per key and group ``Δ gap``, ``gap = Z − (N/n) Σ_s x`` and ``Δ`` the part of the full
-    fit's ``(XᵀX)⁺`` along the directions :data:`MIN_INFORMATION` drops. The full fit's coefficients exceed the
-    estimate's by ``Δ Xᵀe`` (``e`` the estimate's residuals: the two pseudo-inverses share ``XᵀX``'s
-    eigenvectors), so :func:`_extrapolation`'s shift is ``Σ_i a_i e_i`` over the group's sample rows with
-    ``a_i = x_iᵀ Δ gap``. None where no direction was dropped."""
+    """(K, G, P) or None: per key and group ``Δ gap``, ``gap = Z − (N/n) Σ_s x`` (the terms' exact totals less the
+    sample's estimate of them) and ``Δ`` the part of ``(XᵀX)⁺`` along the directions :data:`MIN_INFORMATION`
+    drops. The fit with every direction has coefficients ``β̂ + Δ Xᵀe`` (``e`` the estimate's residuals: both
+    pseudo-inverses come from one eigendecomposition of ``XᵀX``), and its answer less the estimate is
+    ``(ΔXᵀe)ᵀ gap = Σ_i a_i e_i`` with ``a_i = x_iᵀ Δ gap`` (:func:`_shift`). None where no direction was
+    dropped."""
     if ginv_dropped is None:
         return None
     gap = Xt - (N / np.maximum(n, 1))[:, None] * xsum
     return _finite_or_zero(np.einsum("kgpq,kgq->kgp", ginv_dropped, gap))
 
 
-def _shift_scatter(a: np.ndarray, e: np.ndarray, a0: np.ndarray, e0: np.ndarray, rg: _RowGroups,
-                   outside: np.ndarray) -> np.ndarray:
-    """(G, K, K): per group ``Σ_i u_i u_iᵀ`` with ``u_ik = a_ik e_ik`` over its sample rows (the given rows' ``a``,
-    ``e`` (K, m); the ``outside`` rows' ``a0``, ``e0`` (K, G)): the variance of the shift ``Σ_i a_i e_i`` as the
-    sandwich (heteroscedasticity-consistent) estimator gives it, each row's own residual standing for its
-    error (White 1980). Rows that carry a dropped direction but fit it closely add little."""
-    _, cross = rg.moments((a * e).T)
+def _shift(a: np.ndarray, e: np.ndarray, a0: np.ndarray, e0: np.ndarray, rg: _RowGroups,
+           outside: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per group, with ``u_ik = a_ik e_ik`` over its sample rows (the given rows' ``a``, ``e`` (K, m); the
+    ``outside`` rows' ``a0``, ``e0`` (K, G)): the shift ``Σ_i u_i`` (G, K), what the fit with every direction
+    would add to the estimate (:attr:`GroupTotals.extrapolation`), and ``Σ_i u_i u_iᵀ`` (G, K, K), its variance
+    as the sandwich (heteroscedasticity-consistent) estimator gives it, each row's own residual standing for
+    its error (White 1980; :attr:`GroupTotals.shift_scatter`). Rows that carry a dropped direction but fit it
+    closely add little to either."""
+    total, cross = rg.moments((a * e).T)
     u0 = (a0 * e0).T  # (G, K)
-    return cross + outside[:, None, None] * (u0[:, :, None] * u0[:, None, :])
+    shift = total + outside[:, None] * u0
+    return _finite_or_zero(shift), cross + outside[:, None, None] * (u0[:, :, None] * u0[:, None, :])
 
 
 def _scatter(r_sum: np.ndarray, r_cross: np.ndarray, r0: np.ndarray, outside: np.ndarray,
@@ -773,11 +762,8 @@ class _Fit:
     beta: np.ndarray
     ginv: np.ndarray
     xsum: np.ndarray
-    # the coefficients from every direction above √ε (MIN_INFORMATION's cut not applied); None where the cut
-    # dropped none
-    beta_all: np.ndarray | None = None
-    # ``(XᵀX)⁺`` over the directions the cut dropped only (the full fit's less this one's), in the terms' units;
-    # None where it dropped none
+    # ``(XᵀX)⁺`` over the directions MIN_INFORMATION's cut dropped only (above √ε), in the terms' units; None
+    # where it dropped none
     ginv_dropped: np.ndarray | None = None
 
 
@@ -840,53 +826,43 @@ def _solve(xtx: np.ndarray, xty: np.ndarray, n: np.ndarray, X: list[_Design], dr
     # took huge opposite weights that fit the sample exactly and extrapolated wildly to the population totals
     # (an answer 8% off with a ±0.1% interval on births with rcond 1e-10)
     rcond = np.maximum(RCOND, MIN_INFORMATION / np.maximum(n, 1))
-    inv, inv_all = _pinv_symmetric(A.reshape(K * G, q, q), np.tile(rcond, K), RCOND)
+    inv, dropped = _pinv_symmetric(A.reshape(K * G, q, q), np.tile(rcond, K), RCOND)
     inv = inv.reshape(K, G, q, q)
     beta = np.matmul(inv, (xty / scale)[..., None])[..., 0] / scale
     ginv = inv / scale[..., :, None] / scale[..., None, :]  # (XᵀX)⁺ in the terms' own units
-    beta_all = ginv_dropped = None  # with the directions MIN_INFORMATION drops: what the answer would take from them
-    if inv_all is not None:
-        inv_all = inv_all.reshape(K, G, q, q)
-        beta_all = _finite_or_zero(np.matmul(inv_all, (xty / scale)[..., None])[..., 0] / scale)
-        ginv_dropped = _finite_or_zero((inv_all - inv) / scale[..., :, None] / scale[..., None, :])
-    return _Fit(_finite_or_zero(beta), _finite_or_zero(ginv), xsum, beta_all, ginv_dropped)
+    ginv_dropped = None  # along the directions MIN_INFORMATION drops: what the answer would take from them
+    if dropped is not None:
+        ginv_dropped = _finite_or_zero(dropped.reshape(K, G, q, q) / scale[..., :, None] / scale[..., None, :])
+    return _Fit(_finite_or_zero(beta), _finite_or_zero(ginv), xsum, ginv_dropped)
 
 
 def _coefficients(fit: _Fit, two: _Fit | None, small: np.ndarray, tiny: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The coefficients (K, G, P) and ``(XᵀX)⁺`` (K, G, P, P) of every key's and group's fit: the full fit, the
     two-term one (the model's prediction and the intercept) where ``small`` (K, G), none (the difference
     estimator) for the groups ``tiny`` (G,); the prediction's coefficient 1 plus its fitted correction. Written
-    into ``fit``'s arrays (each fit is used once), ``fit.beta_all`` (the coefficients from every direction) with
-    the same choices."""
+    into ``fit``'s arrays (each fit is used once), ``fit.ginv_dropped`` (the part along the directions
+    :data:`MIN_INFORMATION` drops) with the same choices."""
     ginv = fit.ginv
     if two is not None and small.any():
         ginv[small] = 0.0
         ginv[small, :2, :2] = two.ginv[small]
     ginv[:, tiny] = 0.0
-    # the same choices for the coefficients from every direction. A two-term fit may cut a direction where the full
-    # fit cut none above √ε (its near-null direction lies below √ε: an exactly collinear third term), so the full
-    # fit's "every direction" is then its own estimate
-    if fit.beta_all is None and two is not None and two.beta_all is not None and small.any():
-        fit.beta_all, fit.ginv_dropped = fit.beta.copy(), np.zeros_like(fit.ginv)
-    if fit.beta_all is not None:
-        two_all = None if two is None else (two.beta if two.beta_all is None else two.beta_all)
-        fit.beta_all = _chosen(fit.beta_all, two_all, small, tiny)
+    # the same choices for the dropped directions. A two-term fit may drop one where the full fit dropped none
+    # above √ε (its near-null direction lies below √ε: an exactly collinear third term)
+    if fit.ginv_dropped is None and two is not None and two.ginv_dropped is not None and small.any():
+        fit.ginv_dropped = np.zeros_like(fit.ginv)
+    if fit.ginv_dropped is not None:
         fit.ginv_dropped[small] = 0.0
         if two is not None and two.ginv_dropped is not None and small.any():
             fit.ginv_dropped[small, :2, :2] = two.ginv_dropped[small]
         fit.ginv_dropped[:, tiny] = 0.0
-    return _chosen(fit.beta, None if two is None else two.beta, small, tiny), ginv
-
-
-def _chosen(beta: np.ndarray, two: np.ndarray | None, small: np.ndarray, tiny: np.ndarray) -> np.ndarray:
-    """The coefficients ``beta`` (K, G, P) of the full fits, the two-term fits' ``two`` where ``small`` (K, G),
-    none where ``tiny`` (G,), the prediction's coefficient 1 plus its fitted correction (in place)."""
+    beta = fit.beta
     if two is not None and small.any():
         beta[small] = 0.0
-        beta[small, :2] = two[small]
+        beta[small, :2] = two.beta[small]
     beta[:, tiny] = 0.0
     beta[..., 1] += 1.0
-    return beta
+    return beta, ginv
 
 
 def _negative_weights(gx: np.ndarray, c0: np.ndarray, rg: _RowGroups, n: np.ndarray) -> np.ndarray:
@@ -960,8 +936,9 @@ def _pinv_symmetric(A: np.ndarray, rcond: np.ndarray, wider: float | None = None
                     ) -> tuple[np.ndarray, np.ndarray | None]:
     """The pseudo-inverses of a stack of symmetric matrices (G, p, p), eigenvalues below ``rcond`` (G,) times
     the largest in size dropped (``numpy.linalg.pinv(A, rcond, hermitian=True)``, from one ``eigh``); and, from
-    the same ``eigh``, the ones that keep every eigenvalue above ``wider`` (scalar, below ``rcond``) times the
-    largest, or None where that keeps no more in any matrix of the stack (or ``wider`` is None)."""
+    the same ``eigh``, the part ``Σ u uᵀ/s`` over the eigenvalues it dropped that lie above ``wider`` (scalar,
+    below ``rcond``) times the largest (what the pseudo-inverse keeping those too adds), or None where there are
+    none in any matrix of the stack (or ``wider`` is None)."""
     s, u = np.linalg.eigh(A)
     mag = np.abs(s)
     top = mag.max(axis=1, keepdims=True)
@@ -969,8 +946,8 @@ def _pinv_symmetric(A: np.ndarray, rcond: np.ndarray, wider: float | None = None
     inv = _from_eigen(s, u, keep)
     if wider is None:
         return inv, None
-    more = mag > wider * top
-    if not (more & ~keep).any():
+    more = (mag > wider * top) & ~keep
+    if not more.any():
         return inv, None
     return inv, _from_eigen(s, u, more)
 
