@@ -26,7 +26,7 @@ def _parts(eng: Engine, sql: str, monkeypatch) -> tuple[float, float, float]:
         placement = _half_width(eng, sql)
     with monkeypatch.context() as m:
         m.setattr(syn_mod.Synopsis, "_placement",
-                  lambda self, S, phis, box, ends=None, rows=None: np.zeros(len(self.N)))
+                  lambda self, S, phis, box, ends=None, rows=None: {})
         residual = _half_width(eng, sql)
     return both, placement, residual
 
@@ -100,6 +100,34 @@ def test_a_cut_bin_the_sample_misses_keeps_the_placement_variance(rng, monkeypat
         missed += placement > 100 * residual  # (the residuals: round-off)
     assert missed >= 5  # cuts where the interval is the placement term's alone (~0 without it)
     eng.con.close()
+
+
+def test_a_sums_placement_term_weighs_the_cut_bins_values(rng, monkeypatch):
+    # a heavy-tailed column cut among its small values: the rows a cut moves are worth at most the cut bin's largest
+    # value, not a typical row of the whole table (which put population's SUMs 5-10 times too wide)
+    con = duckdb.connect()
+    con.register("df", pd.DataFrame({"x": rng.lognormal(0.0, 2.0, 60_000)}))
+    con.execute("CREATE TABLE t AS SELECT * FROM df")
+    eng = Engine(con)
+    eng.build("t", columns=["x"], budget_bytes=200_000, sample_size=600, max_bins=256)  # ~2 sample rows a bin
+    edges = eng._load("t").infos[0].edges
+    seen = []
+    weigh = syn_mod.Synopsis._placement_moments
+    monkeypatch.setattr(syn_mod.Synopsis, "_placement_moments",
+                        lambda self, parts, keys: seen.append((keys, weigh(self, parts, keys))) or seen[-1][1])
+    typical = np.sqrt(np.mean(con.execute("SELECT x FROM t").df()["x"].to_numpy() ** 2))
+    for q in (0.05, 0.1, 0.2):
+        i = int(np.searchsorted(edges, np.quantile(edges, q))) - 1
+        cut, top = (edges[i] + edges[i + 1]) / 2, edges[i + 1]
+        eng._cache.clear()
+        eng.query(f"SELECT SUM(x) AS n FROM t WHERE x < {cut}")
+        keys, moments = seen[-1]
+        count, total = moments[0, keys.index(("n", None)), keys.index(("n", None))], \
+            moments[0, keys.index(("s", 0)), keys.index(("s", 0))]
+        assert count > 0, cut  # the cut bin's rows are placed
+        assert 0 < total <= count * top ** 2 * (1 + 1e-9), (cut, total, count * top ** 2)
+        assert top < 0.2 * typical  # (what the group's rows anywhere would weigh them by is far larger)
+    con.close()
 
 
 def test_a_group_sampled_whole_has_an_exact_answer_and_no_interval(rng):

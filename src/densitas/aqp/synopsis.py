@@ -20,7 +20,8 @@ indicator for COUNT(col)) asks for ``T_g = Σ_rows y·1_B(x)`` per synopsis grou
 
 The variance is the larger of the residuals' and the model's variance for rows in the fine bins the box cuts
 (Bernoulli placement plus the disagreement with a linear density through the neighbouring bins,
-:meth:`_placement`; :func:`interval_variance`): a box edge inside a bin splits rows the sample may not see, so
+:meth:`_placement`, each cut bin's rows worth what the sample's rows of that bin add to the answer,
+:meth:`_placement_moments`; :func:`interval_variance`): a box edge inside a bin splits rows the sample may not see, so
 the residual variance alone can miss that part of the error when it is concentrated in few rows; where the
 sample does see them, the residuals already hold it and adding the two would count it twice. A cut bin counts in
 the placement term only in the groups where the sample does not see it (:meth:`Synopsis._unseen`: fewer than
@@ -658,17 +659,17 @@ class Synopsis:
         return (~seen).astype(np.float64)
 
     def _slope_var(self, j: int, ivals: list, unseen: np.ndarray | None = None) -> np.ndarray:
-        """(G,): squared disagreement, summed over the fine bins the box cuts, between the uniform spread within
+        """(G, B + 1): squared disagreement, in each fine bin the box cuts, between the uniform spread within
         a bin and a linear density through the neighbouring bins' densities: the systematic part of the
         within-bin placement error, which the Bernoulli term misses where the density is steep. ``unseen`` (G, B + 1):
         each group's weight of each bin (:meth:`_unseen`; all 1 when not given)."""
         info = self.infos[j]
         G = len(self.N)
-        out = np.zeros(G)
-        if info.discrete:
-            return out
         e, up, _ = self._spread(j)
         B = len(e)
+        out = np.zeros((G, B + 1))
+        if info.discrete:
+            return out
         w = self.fine[j]
         ends = self._ends(j)
         one_group = ends is not None and G == 1  # with more, the ends' rows are shared among the groups
@@ -693,7 +694,7 @@ class Synopsis:
                 d_i = w[:, i] / h
                 slope = np.clip(slope, -2 * d_i / h, 2 * d_i / h)  # the density stays >= 0 within the bin
                 part = (slope / 2 * ((x - mid) ** 2 - (a - mid) ** 2)) ** 2
-                out += part if unseen is None else part * unseen[:, i]
+                out[:, i] += part if unseen is None else part * unseen[:, i]
         return out
 
     def _row_match(self, j: int, ivals: list, v: np.ndarray) -> np.ndarray:
@@ -921,19 +922,20 @@ class Synopsis:
         aux = [self._auxiliaries(k, base, phis, kp, tree, rows, _shared_messages(memo, tree, phis, kp), memo, slot)
                for slot, (k, kp) in enumerate(zip(keys, keyphis, strict=True))]
         totals = regression_totals(y.T, aux, rows.gid, self.N, self.n)
-        # the placement variance: relative (_placement) times count² times E[(Σ w y)²] among the group's rows, a
-        # quadratic form in the keys' weights through their moments, expanded as the residuals' are (N²(1 − n/N)/n:
+        # the placement variance: per cut bin, relative (_placement) times count² times E[y yᵀ] among the bin's rows
+        # (_placement_moments), a quadratic form in the keys' weights, expanded as the residuals' are (N²(1 − n/N)/n:
         # a group sampled whole is exact); taken with the residuals' in one product, combined by interval_variance
-        place = self._placement(S, phis, box, ends, rows) * (count / np.maximum(self.N, 1)) ** 2 * totals.expansion
-        quadratic = np.stack([totals.residual_scatter, self._moments(tuple(keys))], axis=1)  # (G, 2, K, K)
+        scale = (count / np.maximum(self.N, 1)) ** 2 * totals.expansion * self.n
+        place = self._placement_moments(self._placement(S, phis, box, ends, rows), keys) * scale[:, None, None]
+        quadratic = np.stack([totals.residual_scatter, place], axis=1)  # (G, 2, K, K)
         K = len(keys)
 
         def var_fn(gids, ks, ws):
             W = np.zeros((len(gids), K))
             for k, wk in zip(ks, ws, strict=True):
                 W[:, k] += wk
-            scatter, moment = np.einsum("gk,gjkl,gl->jg", W, quadratic[gids], W)
-            sampling = interval_variance(totals.residual_variance(gids, scatter, ks), place[gids] * moment)
+            scatter, placement = np.einsum("gk,gjkl,gl->jg", W, quadratic[gids], W)
+            sampling = interval_variance(totals.residual_variance(gids, scatter, ks), np.maximum(placement, 0.0))
             return GroupVariances(sampling + totals.extrapolation_noise(gids, W), totals.extrapolation_shift(gids, W))
 
         return totals.value, var_fn, self._support(rows), True
@@ -1407,31 +1409,68 @@ class Synopsis:
             got = self._bin_sum_cache[u] = np.nan_to_num(self.fine[u] * self.mean[u])
         return got
 
-    def _placement(self, S, phis, box, ends: dict | None = None, rows: _Rows | None = None) -> np.ndarray:
-        """(G,): relative variance of the count from rows placed evenly within the fine bins the box cuts
-        (Bernoulli placement plus the squared disagreement with a linear density through the neighbouring
-        bins): the part of the error in rows the sample may not see, which :func:`interval_variance` sets
-        against the residual variance. With one group, the rows at a bin's ends (:meth:`_shares`) are where
-        the build counted them: only the rows between are placed. Given the query's sample rows ``rows``, a bin
-        counts only in the groups whose sample rows there are too few for the residuals to hold its error
-        (:meth:`_unseen`)."""
+    def _placement(self, S, phis, box, ends: dict | None = None, rows: _Rows | None = None) -> dict[int, np.ndarray]:
+        """Per predicate column ``u`` (those with a cut bin), (G, B_u + 1): each fine bin's part of the relative
+        variance of the count from rows placed evenly within the fine bins the box cuts (Bernoulli placement plus
+        the squared disagreement with a linear density through the neighbouring bins): the part of the error in
+        rows the sample may not see, which :func:`interval_variance` sets against the residual variance. With one
+        group, the rows at a bin's ends (:meth:`_shares`) are where the build counted them: only the rows between
+        are placed. Given the query's sample rows ``rows``, a bin counts only in the groups whose sample rows
+        there are too few for the residuals to hold its error (:meth:`_unseen`). :meth:`_placement_moments` weighs
+        each bin's part by what the rows there add to the answer."""
         G = len(self.N)
-        rv = np.zeros(G)
+        out = {}
         with np.errstate(invalid="ignore", divide="ignore"):
             for u in S:
                 w, ph = self.fine[u], phis[u]
+                if not np.any((ph > 0) & (ph < 1)):
+                    continue  # no cut bin, nothing to weigh (no Bernoulli or slope part)
                 bern = ph * (1 - ph)
                 parts = (ends or {}).get(u)
                 if G == 1 and parts is not None:
                     inner = parts.spread * parts.inner * (1 - parts.inner)
                     bern = bern.copy()
                     bern[1:] = np.where(parts.known, inner, bern[1:])
-                # which groups' sample sees the cut bins; no cut bin, nothing to weigh (no Bernoulli or slope part)
-                unseen = self._unseen(u, rows) if np.any((ph > 0) & (ph < 1)) else None
-                num = (w * (bern if unseen is None else bern * unseen)).sum(axis=1) + self._slope_var(u, box[u], unseen)
+                unseen = self._unseen(u, rows)  # which groups' sample sees the cut bins
+                num = w * bern * unseen + self._slope_var(u, box[u], unseen)
                 den = (w * ph).sum(axis=1)
-                rv += np.where(den > 0, num / np.where(den > 0, den, 1) ** 2, 0.0)
-        return rv
+                out[u] = np.where(den[:, None] > 0, num / np.where(den > 0, den, 1)[:, None] ** 2, 0.0)
+        return out
+
+    def _placement_moments(self, parts: dict[int, np.ndarray], keys: list) -> np.ndarray:
+        """(G, K, K): the placement variance's relative parts per cut bin (:meth:`_placement`) weighed by the
+        keys' second moments ``E[y yᵀ]`` among the rows of that bin: the rows a cut moves carry the values of
+        their bin, not of their whole group (a SUM of a heavy-tailed column cut near its small values moved rows
+        worth the group's largest, and population's intervals came out 5–10 times too wide). Each group's own
+        sample rows in the bin where there are at least :data:`SEEN_SIDE` of them. Else, for the keys the bin
+        itself determines (a row count, or the values of ``u`` itself) all groups' rows in the bin, and for the
+        others (another column's values, which differ from group to group) the group's rows anywhere, as where the
+        sample holds no row in the bin."""
+        G, K = len(self.N), len(keys)
+        out = np.zeros((G, K, K))
+        overall = self._moments(tuple(keys)) / np.maximum(self.n, 1)[:, None, None]
+        for u, rel in parts.items():
+            order, sorted_bins = self._sorted_by_bin(u)
+            of_bin = np.array([kind == "n" or j == u for kind, j in keys])
+            of_bin = of_bin[:, None] & of_bin[None, :]  # (K, K): entries the bin's own values determine
+            for b in np.flatnonzero((rel > 0).any(axis=0)):
+                lo, hi = np.searchsorted(sorted_bins, [b, b + 1], side="left")
+                idx = order[lo:hi]
+                if len(idx) == 0:
+                    out += rel[:, b, None, None] * overall
+                    continue
+                y = self._sample_values(keys, self.s_vals[idx])
+                gid = self.s_gid[idx]
+                m = np.bincount(gid, minlength=G).astype(np.float64)
+                own = np.empty((G, K, K))
+                for k in range(K):
+                    for k2 in range(k, K):
+                        own[:, k, k2] = own[:, k2, k] = np.bincount(gid, y[:, k] * y[:, k2], minlength=G)
+                fallback = np.where(of_bin, own.sum(axis=0) / len(idx), overall)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    mean = np.where((m >= SEEN_SIDE)[:, None, None], own / np.maximum(m, 1)[:, None, None], fallback)
+                out += rel[:, b, None, None] * mean
+        return out
 
     def _sample_values(self, keys, vals: np.ndarray | None = None) -> np.ndarray:
         """(rows, K): what each key sums on the sample rows ``vals`` (all of them by default), before the box."""
