@@ -125,7 +125,8 @@ def test_a_sums_placement_term_weighs_the_cut_bins_values(rng, monkeypatch):
         count, total = moments[0, keys.index(("n", None)), keys.index(("n", None))], \
             moments[0, keys.index(("s", 0)), keys.index(("s", 0))]
         assert count > 0, cut  # the cut bin's rows are placed
-        assert 0 < total <= count * top ** 2 * (1 + 1e-9), (cut, total, count * top ** 2)
+        # a row of the bin: its value below the bin's top, or (no sample row there) its mean and an even spread
+        assert 0 < total <= count * top ** 2 * 13 / 12, (cut, total, count * top ** 2)
         assert top < 0.2 * typical  # (what the group's rows anywhere would weigh them by is far larger)
     con.close()
 
@@ -227,3 +228,38 @@ def test_the_shifts_own_noise_widens_the_answers_interval(rng, monkeypatch):
     after = _half_width(eng, sql)
     z = 1.959963984540054
     assert after == pytest.approx(z * np.sqrt((before / z) ** 2 + 3 * noise), rel=1e-6)
+
+
+@pytest.mark.parametrize(("shape", "lo", "hi"), [
+    ("distinct", 1.0, 1.0),  # floats, no two rows alike: rows are placed one by one
+    ("repeated", 6.5, 10.0),  # every integer on 1 or 19 rows at random: counts of mean 10, variance 81, φ = 8.1
+    ("regular", 0.0, 0.6),  # every integer on 10 rows: an even spread is right, φ = 0
+])
+def test_the_dispersion_of_the_values_counts_is_the_tables(rng, monkeypatch, shape, lo, hi):
+    n_values = 3000
+    if shape == "distinct":
+        x = rng.uniform(0, 1000, 30_000)
+    elif shape == "repeated":
+        x = np.repeat(np.arange(n_values), np.where(rng.random(n_values) < 0.5, 1, 19))
+    else:
+        x = np.repeat(np.arange(n_values), 10)
+    con = duckdb.connect()
+    con.register("df", pd.DataFrame({"x": x}))
+    con.execute("CREATE TABLE t AS SELECT * FROM df")
+    eng = Engine(con)
+    eng.build("t", columns=["x"], budget_bytes=200_000, sample_size=3000, max_bins=32)
+    syn = eng._load("t")
+    phi = float(syn._dispersion(0)[0])
+    assert lo <= phi <= hi, phi
+    # the placement term of a bin cut inside (not at an end) is the values' Bernoulli variance: φ times the rows'
+    monkeypatch.setattr(syn_mod.Synopsis, "_slope_var", lambda self, j, ivals, unseen=None: 0.0)
+    monkeypatch.setattr(syn_mod.Synopsis, "_unseen", lambda self, u, rows: np.ones(self.fine[u].shape))
+    e = syn.infos[0].edges
+    box = {0: [(-np.inf, False, float(np.floor((e[10] + e[11]) / 2)) + 0.5, False)]}
+    share = syn._fractions(0, box[0])
+    as_is = syn._placement([0], {0: share}, box)[0]
+    monkeypatch.setattr(syn_mod.Synopsis, "_dispersion", lambda self, u: np.ones(len(self.N)))
+    by_rows = syn._placement([0], {0: share}, box)[0]
+    assert by_rows[0, 11] > 0
+    assert as_is[0, 11] == pytest.approx(phi * by_rows[0, 11], rel=1e-9)
+    con.close()

@@ -375,6 +375,7 @@ class Synopsis:
         self._cell_bounds: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._cell_indexes: dict[int, np.ndarray] = {}
         self._bin_sum_cache: dict[int, np.ndarray] = {}
+        self._dispersion_cache: dict[int, np.ndarray] = {}
         self._sum_start_cache: dict[int, np.ndarray] = {}
         self._cell_count_cache: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._sum_ratio_cache: dict[tuple, np.ndarray] = {}
@@ -1425,17 +1426,80 @@ class Synopsis:
                 w, ph = self.fine[u], phis[u]
                 if not np.any((ph > 0) & (ph < 1)):
                     continue  # no cut bin, nothing to weigh (no Bernoulli or slope part)
-                bern = ph * (1 - ph)
+                share, placed = ph, w
                 parts = (ends or {}).get(u)
-                if G == 1 and parts is not None:
-                    inner = parts.spread * parts.inner * (1 - parts.inner)
-                    bern = bern.copy()
-                    bern[1:] = np.where(parts.known, inner, bern[1:])
+                if G == 1 and parts is not None:  # only the rows between the bins' ends are placed
+                    share = ph.copy()
+                    share[1:] = np.where(parts.known, parts.inner, ph[1:])
+                    placed = w.copy()
+                    placed[:, 1:] *= np.where(parts.known, parts.spread, 1.0)
                 unseen = self._unseen(u, rows)  # which groups' sample sees the cut bins
-                num = w * bern * unseen + self._slope_var(u, box[u], unseen)
+                # rows that share a value move together: the values' counts vary φ times as much as rows' would.
+                # Not below the rows' own where a bin is cut at an end in a grouped synopsis: there it is the split
+                # of the end's rows (counted in the whole table) among the groups that is placed, row by row
+                disp = np.broadcast_to(self._dispersion(u)[:, None], w.shape)
+                if G > 1 and parts is not None:
+                    disp = disp.copy()
+                    disp[:, 1:] = np.where(parts.end_cut & self._partial[:, None], np.maximum(disp[:, 1:], 1.0),
+                                           disp[:, 1:])
+                num = share * (1 - share) * placed * disp * unseen + self._slope_var(u, box[u], unseen)
                 den = (w * ph).sum(axis=1)
                 out[u] = np.where(den[:, None] > 0, num / np.where(den > 0, den, 1)[:, None] ** 2, 0.0)
         return out
+
+    def _values_per_bin(self, u: int) -> np.ndarray:
+        """(B_u + 1,): how many values each fine bin's spread holds (its width over the column's step; inf for a
+        column of floats, whose values do not fall on a grid)."""
+        lower, upper, _ = self._spread(u)
+        step = self.infos[u].step
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.r_[1.0, np.maximum((upper - lower) / step, 1.0) if step > 0 else np.full(len(lower), np.inf)]
+
+    def _dispersion(self, u: int) -> np.ndarray:
+        """(G,): per group, how much more (or less) the count of a cut bin's part varies than if its rows had been
+        placed one by one (the index of dispersion ``φ``: a bin's ``n_b`` rows over its ``V_b`` values have counts
+        of mean ``μ = n_b/V_b`` and variance ``φμ``, and the Bernoulli variance of a cut's count is ``p(1 − p)·φ·
+        n_b``). Rows each at a value of its own, or scattered at random, give ``φ = 1``; a column whose every value
+        holds as many rows (a day's flights) ``φ ≈ 0``, an even spread being then right; rows repeating a few
+        values (a patient's id on each visit) ``φ`` up to their repeats. From the sample's pairs of rows that share
+        a value, an unbiased estimate of ``Σ_v c(c − 1) = (φ − 1)·n + Σ_b n_b²/V_b`` over the group's bins (all
+        groups' where a group's sample has fewer than two rows). 1 for a column whose sample values are rounded more
+        coarsely than its own values (ties the rounding made).
+
+        Examples
+        --------
+        >>> import duckdb, numpy as np, pandas as pd
+        >>> from densitas.aqp import Engine
+        >>> con = duckdb.connect()
+        >>> _ = con.register("df", pd.DataFrame({"x": np.repeat(np.arange(0, 4000, 2), 5)}))  # 5 rows a value
+        >>> _ = con.execute("CREATE TABLE t AS SELECT * FROM df")
+        >>> eng = Engine(con)
+        >>> _ = eng.build("t", columns=["x"], max_bins=16, sample_size=2000, seed=1)
+        >>> phi = eng._load("t")._dispersion(0)[0]     # every other integer, 5 rows each: counts 0, 5, 0, 5, …
+        >>> bool(2.0 < phi < 3.2)                      # mean 2.5, variance 6.25: φ = 2.5
+        True
+        """
+        got = self._dispersion_cache.get(u)
+        if got is not None:
+            return got
+        G = len(self.N)
+        got = np.ones(G)
+        step = self.step[u]
+        if step == 0 or step <= self.infos[u].step:  # the sample holds the values as they are
+            v = self.s_vals[:, u]
+            ok = ~np.isnan(v)
+            gid = self.s_gid[ok]
+            m = np.bincount(gid, minlength=G).astype(np.float64)
+            n_b = self.fine[u][:, 1:]
+            n = n_b.sum(axis=1)
+            fit = (m > 1) & (n > 0)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                pairs = _pairs_per_group(gid, v[ok], G) * np.where(fit, n * (n - 1) / (m * (m - 1)), 0.0)
+                even = (n_b ** 2 / self._values_per_bin(u)[1:]).sum(axis=1)
+                pooled = 1 + (pairs[fit].sum() - even[fit].sum()) / n[fit].sum() if fit.any() else 1.0
+                got = np.maximum(np.where(fit, 1 + (pairs - even) / np.where(fit, n, 1), pooled), 0.0)
+        self._dispersion_cache[u] = got
+        return got
 
     def _placement_moments(self, parts: dict[int, np.ndarray], keys: list) -> np.ndarray:
         """(G, K, K): the placement variance's relative parts per cut bin (:meth:`_placement`) weighed by the
@@ -1443,32 +1507,40 @@ class Synopsis:
         their bin, not of their whole group (a SUM of a heavy-tailed column cut near its small values moved rows
         worth the group's largest, and population's intervals came out 5–10 times too wide). Each group's own
         sample rows in the bin where there are at least :data:`SEEN_SIDE` of them. Else, for the keys the bin
-        itself determines (a row count, or the values of ``u`` itself) all groups' rows in the bin, and for the
-        others (another column's values, which differ from group to group) the group's rows anywhere, as where the
-        sample holds no row in the bin."""
+        itself determines (a row count, or the values of ``u`` itself) the group's rows in the bin, at their mean
+        value (the fine bins' sums) and spread evenly over the bin, and for the others (another column's values, which differ from group to
+        group) the group's sample rows anywhere."""
         G, K = len(self.N), len(keys)
         out = np.zeros((G, K, K))
         overall = self._moments(tuple(keys)) / np.maximum(self.n, 1)[:, None, None]
         for u, rel in parts.items():
             order, sorted_bins = self._sorted_by_bin(u)
             of_bin = np.array([kind == "n" or j == u for kind, j in keys])
-            of_bin = of_bin[:, None] & of_bin[None, :]  # (K, K): entries the bin's own values determine
+            values = np.array([kind in SUM_KINDS and j == u for kind, j in keys])
+            values = values[:, None] & values[None, :]  # (K, K): entries of u's own values
+            at_mean = np.stack([np.ones(G) if kind == "n" or (kind == "nn" and j == u) else np.zeros(G)
+                                for kind, j in keys], axis=1)  # (G, K): a row at the bin's mean, per bin below
+            lower, upper, _ = self._spread(u)
             for b in np.flatnonzero((rel > 0).any(axis=0)):
+                for t, (kind, j) in enumerate(keys):
+                    if kind in SUM_KINDS and j == u:
+                        at_mean[:, t] = np.nan_to_num(self.mean[u][:, b]) - self._centre_of((kind, j))
+                # the bin's rows about their mean: spread evenly over the bin, as the model places them
+                spread = (upper[b - 1] - lower[b - 1]) ** 2 / 12 if b > 0 else 0.0
+                fallback = np.where(of_bin[:, None] & of_bin[None, :],
+                                    at_mean[:, :, None] * at_mean[:, None, :] + spread * values, overall)
                 lo, hi = np.searchsorted(sorted_bins, [b, b + 1], side="left")
                 idx = order[lo:hi]
-                if len(idx) == 0:
-                    out += rel[:, b, None, None] * overall
-                    continue
-                y = self._sample_values(keys, self.s_vals[idx])
-                gid = self.s_gid[idx]
-                m = np.bincount(gid, minlength=G).astype(np.float64)
-                own = np.empty((G, K, K))
-                for k in range(K):
-                    for k2 in range(k, K):
-                        own[:, k, k2] = own[:, k2, k] = np.bincount(gid, y[:, k] * y[:, k2], minlength=G)
-                fallback = np.where(of_bin, own.sum(axis=0) / len(idx), overall)
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    mean = np.where((m >= SEEN_SIDE)[:, None, None], own / np.maximum(m, 1)[:, None, None], fallback)
+                own = np.zeros((G, K, K))
+                m = np.zeros(G)
+                if len(idx):
+                    y = self._sample_values(keys, self.s_vals[idx])
+                    gid = self.s_gid[idx]
+                    m = np.bincount(gid, minlength=G).astype(np.float64)
+                    for k in range(K):
+                        for k2 in range(k, K):
+                            own[:, k, k2] = own[:, k2, k] = np.bincount(gid, y[:, k] * y[:, k2], minlength=G)
+                mean = np.where((m >= SEEN_SIDE)[:, None, None], own / np.maximum(m, 1)[:, None, None], fallback)
                 out += rel[:, b, None, None] * mean
         return out
 
@@ -1549,6 +1621,18 @@ def _without(empty: np.ndarray, est: np.ndarray, var_fn, support: np.ndarray):
         return var_fn(gids, ks, ws).without(empty[gids])
 
     return est, var_of, np.where(empty, np.inf, support)
+
+
+def _pairs_per_group(gid: np.ndarray, key: np.ndarray, G: int) -> np.ndarray:
+    """(G,): per group, the ordered pairs of its rows with equal ``key``: ``Σ m(m − 1)`` over the keys' counts."""
+    if len(gid) == 0:
+        return np.zeros(G)
+    order = np.lexsort((key, gid))
+    g, k = gid[order], key[order]
+    start = np.r_[True, (g[1:] != g[:-1]) | (k[1:] != k[:-1])]
+    first = np.flatnonzero(start)
+    m = np.diff(np.r_[first, len(g)]).astype(np.float64)
+    return np.bincount(g[first], m * (m - 1), minlength=G)
 
 
 def _least_cut_first(S: list[int], fine: dict, phis: dict) -> list[int]:
