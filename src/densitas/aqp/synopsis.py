@@ -1508,8 +1508,8 @@ class Synopsis:
         worth the group's largest, and population's intervals came out 5–10 times too wide). Each group's own
         sample rows in the bin where there are at least :data:`SEEN_SIDE` of them. Else, for the keys the bin
         itself determines (a row count, or the values of ``u`` itself) the group's rows in the bin, at their mean
-        value (the fine bins' sums) and spread evenly over the bin, and for the others (another column's values, which differ from group to
-        group) the group's sample rows anywhere."""
+        value (the fine bins' sums) and spread evenly over the bin, and for the others (another column's values,
+        which differ from group to group) the group's sample rows anywhere."""
         G, K = len(self.N), len(keys)
         out = np.zeros((G, K, K))
         overall = self._moments(tuple(keys)) / np.maximum(self.n, 1)[:, None, None]
