@@ -1456,15 +1456,19 @@ class Synopsis:
             return np.r_[1.0, np.maximum((upper - lower) / step, 1.0) if step > 0 else np.full(len(lower), np.inf)]
 
     def _dispersion(self, u: int) -> np.ndarray:
-        """(G,): per group, how much more (or less) the count of a cut bin's part varies than if its rows had been
-        placed one by one (the index of dispersion ``φ``: a bin's ``n_b`` rows over its ``V_b`` values have counts
-        of mean ``μ = n_b/V_b`` and variance ``φμ``, and the Bernoulli variance of a cut's count is ``p(1 − p)·φ·
-        n_b``). Rows each at a value of its own, or scattered at random, give ``φ = 1``; a column whose every value
-        holds as many rows (a day's flights) ``φ ≈ 0``, an even spread being then right; rows repeating a few
-        values (a patient's id on each visit) ``φ`` up to their repeats. From the sample's pairs of rows that share
-        a value, an unbiased estimate of ``Σ_v c(c − 1) = (φ − 1)·n + Σ_b n_b²/V_b`` over the group's bins (all
-        groups' where a group's sample has fewer than two rows). 1 for a column whose sample values are rounded more
-        coarsely than its own values (ties the rounding made).
+        """(G,): how much more (or less) the count of a cut bin's part varies than if its rows had been placed one
+        by one (the index of dispersion ``φ``: a bin's ``n_b`` placed rows over its ``V_b`` values have counts of
+        mean ``μ = n_b/V_b`` and variance ``φμ``, and the Bernoulli variance of a cut's count is ``p(1 − p)·φ·n_b``).
+        Rows each at a value of its own, or scattered at random, give ``φ = 1``; a column whose every value holds as
+        many rows (a day's flights) ``φ ≈ 0``, an even spread being then right; rows repeating a few values (a
+        patient's id on each visit) ``φ`` up to their repeats.
+
+        From the sample's pairs of rows that share a value, an unbiased estimate of ``Σ_v c(c − 1) = (φ − 1)·n +
+        Σ_b n_b²/V_b`` over the rows an even spread places: not those of a bin of one value, nor those at a bin's
+        ends where the build counted them (a value on most rows would set φ for every bin). Pooled over the groups,
+        and moved towards 1 by its own standard error (the ties seen are few where the sample is small against the
+        table: each moves the estimate by ``2n/m²``). 1 for a column whose sample values are rounded more coarsely
+        than its own values (ties the rounding made).
 
         Examples
         --------
@@ -1483,23 +1487,53 @@ class Synopsis:
         if got is not None:
             return got
         G = len(self.N)
-        got = np.ones(G)
+        phi = 1.0
         step = self.step[u]
         if step == 0 or step <= self.infos[u].step:  # the sample holds the values as they are
+            placed, values, keep = self._evenly_placed(u)
             v = self.s_vals[:, u]
-            ok = ~np.isnan(v)
+            b = self._sample_bins()[:, u]
+            ok = ~np.isnan(v) & keep[b]
+            ends = self._ends(u)
+            if ends is not None:  # rows at a bin's known ends are where the build counted them
+                at_end = ends.known[b - 1] & ((v == ends.vmin[b - 1]) | (v == ends.vmax[b - 1]))
+                ok &= ~(at_end & (b > 0))
             gid = self.s_gid[ok]
             m = np.bincount(gid, minlength=G).astype(np.float64)
-            n_b = self.fine[u][:, 1:]
-            n = n_b.sum(axis=1)
-            fit = (m > 1) & (n > 0)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                pairs = _pairs_per_group(gid, v[ok], G) * np.where(fit, n * (n - 1) / (m * (m - 1)), 0.0)
-                even = (n_b ** 2 / self._values_per_bin(u)[1:]).sum(axis=1)
-                pooled = 1 + (pairs[fit].sum() - even[fit].sum()) / n[fit].sum() if fit.any() else 1.0
-                got = np.maximum(np.where(fit, 1 + (pairs - even) / np.where(fit, n, 1), pooled), 0.0)
-        self._dispersion_cache[u] = got
+            n = placed.sum(axis=1)
+            fit = (m > 1) & (n > 1)
+            if fit.any():
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    scale = np.where(fit, n * (n - 1) / (m * (m - 1)), 0.0)
+                    pairs, triples = _pairs_per_group(gid, v[ok], G)
+                    even = (placed ** 2 / values).sum(axis=1)
+                    # each value's sample count m ~ Poisson: Var m(m − 1) = 4λ³ + 2λ², estimated unbiasedly by
+                    # 4·m(m − 1)(m − 2) + 2·m(m − 1); the pairs at least as many as rows placed one by one would give
+                    spread = 4 * triples + 2 * np.maximum(pairs, even / np.where(fit, scale, 1))
+                total = n[fit].sum()
+                excess = ((pairs * scale)[fit].sum() - even[fit].sum()) / total
+                error = np.sqrt((spread * scale ** 2)[fit].sum()) / total
+                phi = max(1 + np.sign(excess) * max(abs(excess) - error, 0.0), 0.0)
+        got = self._dispersion_cache[u] = np.full(G, phi)
         return got
+
+    def _evenly_placed(self, u: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The rows of ``u`` an even spread places: per group and fine bin (G, B_u), those between the bin's ends
+        where the build counted them (all its rows elsewhere), none in a bin of one value; the values they spread
+        over (B_u,); and which fine bins (bin 0, NULL, included: B_u + 1) hold any."""
+        point = self._spread(u)[2]
+        placed = self.fine[u][:, 1:].copy()
+        values = self._values_per_bin(u)[1:].copy()
+        ends = self._ends(u)
+        if ends is not None:
+            placed *= np.where(ends.known, ends.spread, 1.0)
+            step = self.infos[u].step
+            with np.errstate(invalid="ignore", divide="ignore"):
+                values = np.where(ends.known, np.maximum(ends.inner_width / step, 1.0) if step > 0 else np.inf,
+                                  values)
+        placed[:, point] = 0.0
+        keep = np.r_[False, ~point]
+        return placed, values, keep
 
     def _placement_moments(self, parts: dict[int, np.ndarray], keys: list) -> np.ndarray:
         """(G, K, K): the placement variance's relative parts per cut bin (:meth:`_placement`) weighed by the
@@ -1623,16 +1657,17 @@ def _without(empty: np.ndarray, est: np.ndarray, var_fn, support: np.ndarray):
     return est, var_of, np.where(empty, np.inf, support)
 
 
-def _pairs_per_group(gid: np.ndarray, key: np.ndarray, G: int) -> np.ndarray:
-    """(G,): per group, the ordered pairs of its rows with equal ``key``: ``Σ m(m − 1)`` over the keys' counts."""
+def _pairs_per_group(gid: np.ndarray, key: np.ndarray, G: int) -> tuple[np.ndarray, np.ndarray]:
+    """(G,) twice: per group, the ordered pairs of its rows with equal ``key``, ``Σ m(m − 1)`` over the keys'
+    counts ``m``, and the ordered triples, ``Σ m(m − 1)(m − 2)``."""
     if len(gid) == 0:
-        return np.zeros(G)
+        return np.zeros(G), np.zeros(G)
     order = np.lexsort((key, gid))
     g, k = gid[order], key[order]
     start = np.r_[True, (g[1:] != g[:-1]) | (k[1:] != k[:-1])]
     first = np.flatnonzero(start)
     m = np.diff(np.r_[first, len(g)]).astype(np.float64)
-    return np.bincount(g[first], m * (m - 1), minlength=G)
+    return np.bincount(g[first], m * (m - 1), minlength=G), np.bincount(g[first], m * (m - 1) * (m - 2), minlength=G)
 
 
 def _least_cut_first(S: list[int], fine: dict, phis: dict) -> list[int]:
