@@ -375,7 +375,7 @@ class Synopsis:
         self._cell_bounds: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._cell_indexes: dict[int, np.ndarray] = {}
         self._bin_sum_cache: dict[int, np.ndarray] = {}
-        self._dispersion_cache: dict[int, np.ndarray] = {}
+        self._dispersion_cache: dict[int, float] = {}
         self._sum_start_cache: dict[int, np.ndarray] = {}
         self._cell_count_cache: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._sum_ratio_cache: dict[tuple, np.ndarray] = {}
@@ -1437,9 +1437,8 @@ class Synopsis:
                 # rows that share a value move together: the values' counts vary φ times as much as rows' would.
                 # Not below the rows' own where a bin is cut at an end in a grouped synopsis: there it is the split
                 # of the end's rows (counted in the whole table) among the groups that is placed, row by row
-                disp = np.broadcast_to(self._dispersion(u)[:, None], w.shape)
+                disp = np.full(w.shape, self._dispersion(u))
                 if G > 1 and parts is not None:
-                    disp = disp.copy()
                     disp[:, 1:] = np.where(parts.end_cut & self._partial[:, None], np.maximum(disp[:, 1:], 1.0),
                                            disp[:, 1:])
                 num = share * (1 - share) * placed * disp * unseen + self._slope_var(u, box[u], unseen)
@@ -1447,16 +1446,8 @@ class Synopsis:
                 out[u] = np.where(den[:, None] > 0, num / np.where(den > 0, den, 1)[:, None] ** 2, 0.0)
         return out
 
-    def _values_per_bin(self, u: int) -> np.ndarray:
-        """(B_u + 1,): how many values each fine bin's spread holds (its width over the column's step; inf for a
-        column of floats, whose values do not fall on a grid)."""
-        lower, upper, _ = self._spread(u)
-        step = self.infos[u].step
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.r_[1.0, np.maximum((upper - lower) / step, 1.0) if step > 0 else np.full(len(lower), np.inf)]
-
-    def _dispersion(self, u: int) -> np.ndarray:
-        """(G,): how much more (or less) the count of a cut bin's part varies than if its rows had been placed one
+    def _dispersion(self, u: int) -> float:
+        """How much more (or less) the count of a cut bin's part varies than if its rows had been placed one
         by one (the index of dispersion ``φ``: a bin's ``n_b`` placed rows over its ``V_b`` values have counts of
         mean ``μ = n_b/V_b`` and variance ``φμ``, and the Bernoulli variance of a cut's count is ``p(1 − p)·φ·n_b``).
         Rows each at a value of its own, or scattered at random, give ``φ = 1``; a column whose every value holds as
@@ -1479,13 +1470,12 @@ class Synopsis:
         >>> _ = con.execute("CREATE TABLE t AS SELECT * FROM df")
         >>> eng = Engine(con)
         >>> _ = eng.build("t", columns=["x"], max_bins=16, sample_size=2000, seed=1)
-        >>> phi = eng._load("t")._dispersion(0)[0]     # every other integer, 5 rows each: counts 0, 5, 0, 5, …
+        >>> phi = eng._load("t")._dispersion(0)        # every other integer, 5 rows each: counts 0, 5, 0, 5, …
         >>> bool(2.0 < phi < 3.2)                      # mean 2.5, variance 6.25: φ = 2.5
         True
         """
-        got = self._dispersion_cache.get(u)
-        if got is not None:
-            return got
+        if u in self._dispersion_cache:
+            return self._dispersion_cache[u]
         G = len(self.N)
         phi = 1.0
         step = self.step[u]
@@ -1513,24 +1503,24 @@ class Synopsis:
                 total = n[fit].sum()
                 excess = ((pairs * scale)[fit].sum() - even[fit].sum()) / total
                 error = np.sqrt((spread * scale ** 2)[fit].sum()) / total
-                phi = max(1 + np.sign(excess) * max(abs(excess) - error, 0.0), 0.0)
-        got = self._dispersion_cache[u] = np.full(G, phi)
-        return got
+                phi = float(max(1 + np.sign(excess) * max(abs(excess) - error, 0.0), 0.0))
+        self._dispersion_cache[u] = phi
+        return phi
 
     def _evenly_placed(self, u: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The rows of ``u`` an even spread places: per group and fine bin (G, B_u), those between the bin's ends
         where the build counted them (all its rows elsewhere), none in a bin of one value; the values they spread
-        over (B_u,); and which fine bins (bin 0, NULL, included: B_u + 1) hold any."""
-        point = self._spread(u)[2]
+        over (B_u,: the width over the column's step, inf for floats, whose values fall on no grid); and which fine
+        bins (bin 0, NULL, included: B_u + 1) hold any."""
+        lower, upper, point = self._spread(u)
         placed = self.fine[u][:, 1:].copy()
-        values = self._values_per_bin(u)[1:].copy()
+        width = upper - lower
         ends = self._ends(u)
         if ends is not None:
             placed *= np.where(ends.known, ends.spread, 1.0)
-            step = self.infos[u].step
-            with np.errstate(invalid="ignore", divide="ignore"):
-                values = np.where(ends.known, np.maximum(ends.inner_width / step, 1.0) if step > 0 else np.inf,
-                                  values)
+            width = np.where(ends.known, ends.inner_width, width)
+        step = self.infos[u].step
+        values = np.maximum(width / step, 1.0) if step > 0 else np.full(len(width), np.inf)
         placed[:, point] = 0.0
         keep = np.r_[False, ~point]
         return placed, values, keep
@@ -1546,6 +1536,8 @@ class Synopsis:
         which differ from group to group) the group's sample rows anywhere."""
         G, K = len(self.N), len(keys)
         out = np.zeros((G, K, K))
+        if not parts:
+            return out
         overall = self._moments(tuple(keys)) / np.maximum(self.n, 1)[:, None, None]
         for u, rel in parts.items():
             order, sorted_bins = self._sorted_by_bin(u)
