@@ -171,14 +171,27 @@ class GroupVariances:
 
     def per_answer(self, codes: np.ndarray, m: int) -> np.ndarray:
         """(m,): the variance of each answer that adds up the groups ``codes`` maps to it: the sampling variances
-        summed, plus the square of the shifts' sum."""
+        summed, plus the square of the shifts' sum.
+
+        Examples
+        --------
+        >>> GroupVariances(np.array([1.0, 2.0]), np.array([3.0, 3.0])).per_answer(np.array([0, 0]), 1).tolist()
+        [39.0]
+        """
         v = np.bincount(codes, self.sampling, minlength=m)
         if self.extrapolation is not None:
             v = v + np.bincount(codes, self.extrapolation, minlength=m) ** 2
         return v
 
     def without(self, empty: np.ndarray) -> GroupVariances:
-        """These variances with the groups ``empty`` (a mask over the groups asked about) at 0."""
+        """These variances with the groups ``empty`` (a mask over the groups asked about) at 0.
+
+        Examples
+        --------
+        >>> v = GroupVariances(np.array([1.0, 2.0]), np.array([3.0, -1.0])).without(np.array([False, True]))
+        >>> v.sampling.tolist(), v.extrapolation.tolist()
+        ([1.0, 0.0], [3.0, 0.0])
+        """
         shift = None if self.extrapolation is None else np.where(empty, 0.0, self.extrapolation)
         return GroupVariances(np.where(empty, 0.0, self.sampling), shift)
 
