@@ -762,7 +762,7 @@ class Synopsis:
         # reads: whether the answer reads the sample's values (not held exactly by the grids)
         est, var_fn, support, reads = (self._grid if method == "grid" else self._kde)(cols, box, keys)
         if empty.any():  # a condition keeps none of these groups' rows: their grid totals are 0, surely
-            est, var_fn, support = _without(empty, est, var_fn, support)
+            est, var_fn, support = _held_exactly(empty, 0.0, est, var_fn, support)
         if len(self.o_gid):
             est = est + self._outlier_totals(box, keys)  # exact: no variance
 
@@ -918,9 +918,14 @@ class Synopsis:
         shares = {u: self._shares(u, box[u]) for u in S}
         phis = {u: share for u, (share, _) in shares.items()}
         ends = {u: parts for u, (_, parts) in shares.items()}
-        exact = np.stack([self._unboxed_total(k) for k in keys], axis=1) if not S \
-            else self._exact_totals(S, keys, phis, ends)
-        if exact is not None:  # no predicate (the fine histograms), or discrete predicate columns whose grids hold
+        whole = self._whole_cell_groups(S, box, phis, keys)
+        if not S:
+            exact = np.stack([self._unboxed_total(k) for k in keys], axis=1)
+        elif whole is not None and whole[0].all():
+            exact = whole[1]
+        else:
+            exact = self._exact_totals(S, keys, phis, ends)
+        if exact is not None:  # no predicate (the fine histograms), or predicate columns whose grids hold
             return exact, lambda gids, ks, ws: GroupVariances(np.zeros(len(gids))), self._support(None), False  # exact
         tree = self._forest(S)
         memo: dict = {}  # messages under the box's own factors (the row-count key's)
@@ -952,10 +957,8 @@ class Synopsis:
             sampling = interval_variance(totals.residual_variance(gids, scatter, ks), np.maximum(placement, 0.0))
             return GroupVariances(sampling + totals.extrapolation_noise(gids, W), totals.extrapolation_shift(gids, W))
 
-        whole = self._whole_cell_groups(S, box, phis, keys)
-        if whole is not None:  # these groups' answers the sum grid holds exactly
-            exact_of, exact = whole
-            return (*_held_exactly(exact_of, exact, totals.value, var_fn, self._support(rows)), True)
+        if whole is not None:  # these groups' answers the grids hold exactly
+            return (*_held_exactly(whole[0], whole[1], totals.value, var_fn, self._support(rows)), True)
         return totals.value, var_fn, self._support(rows), True
 
     # ---- the steps of the grid estimator ----------------------------------------------------------------------
@@ -970,13 +973,15 @@ class Synopsis:
         one value to the model (:meth:`_spread`), and a bound inside it had 8 groups of epoch seconds answered
         "exactly" 3% off (found in review). Such a
         group's counts are its fine bins', its sums of ``u`` their exact sums, and every other column's sums and
-        non-NULL counts its cells' totals: the answer is exact, whatever its sample rows show. A group of few
-        routes (flights' carriers under a distance range: US's rows at one distance each from two airports) was
-        answered from the fit instead, whose terms the sample could not tell apart (no NULL ``arr_delay`` among its
-        77 sampled rows of 1,090), 8 rows off with a zero-width interval; :meth:`_exact_column` is this for every
-        group at once."""
+        non-NULL counts its cells' totals (the cells matter only where a key is another column's): the answer is
+        exact, whatever its sample rows show. Every group so under a discrete column (each value its own fine bin)
+        whose sum grid is at full resolution: the query's answer is the grids' (fertility's ``SUM(age) WHERE work
+        >= 40`` from the fit was ±900 around it). A group of few routes (flights' carriers under a distance range:
+        US's rows at one distance each from two airports) was answered from the fit, whose terms the sample could
+        not tell apart (no NULL ``arr_delay`` among its 77 sampled rows of 1,090), 8 rows off with a zero-width
+        interval."""
         if len(S) != 1:
-            return None
+            return None  # (no predicate: the fine histograms; two or more: their joint rows are not held)
         u = S[0]
         tot = self.sums[u][1]
         if any(kind != "n" and j != u and (kind, j) not in tot for kind, j in keys):
@@ -985,11 +990,11 @@ class Synopsis:
         if kept is None:
             return None
         w = self.fine[u]
-        bins_whole = ((w == 0) | decided).all(axis=1)
-        q = self._cell_mean(u, kept, self._sum_starts(u))  # each cell's share in the box, by the group's rows
-        filled, _ = self._cell_counts(u, self._sum_starts(u))
-        cells_whole = ((filled == 0) | (q == 0.0) | (q == 1.0)).all(axis=1)  # integer counts: exactly 0 or 1
-        exact_of = bins_whole & cells_whole
+        exact_of = ((w == 0) | decided).all(axis=1)
+        if any(kind != "n" and j != u for kind, j in keys):  # another column's totals: from whole cells
+            q = self._cell_mean(u, kept, self._sum_starts(u))  # each cell's share in the box, by the group's rows
+            filled, _ = self._cell_counts(u, self._sum_starts(u))
+            exact_of &= ((filled == 0) | (q == 0.0) | (q == 1.0)).all(axis=1)  # integer counts: exactly 0 or 1
         if not exact_of.any():
             return None
         factors = {**phis, u: kept}
@@ -1013,30 +1018,14 @@ class Synopsis:
         return kept, np.r_[True, known & (inside | ~reached)]
 
     def _exact_totals(self, S: list[int], keys: list, phis: dict, ends: dict) -> np.ndarray | None:
-        """(G, len(keys)): the keys' totals where the synopsis holds them exactly, else None. One discrete
-        predicate column: its fine bins hold the row counts and its own values' sums, and its sum grid, at full
-        resolution (a cell per value), every other column's sums (:meth:`_exact_column`). Two: their pair grid at
-        full resolution (:meth:`_exact_pair`). The model's prediction is then the answer; the fit would add the
-        sample's noise to it, or miss it where its terms are nearly collinear among a group's rows (fertility's
-        ``SUM(age) WHERE work >= 40``, ±900 around an answer the grid holds)."""
-        if len(S) == 1 and self._exact_column(S[0], keys):
-            u = S[0]
-            return np.stack([(self.fine[u] * self._key_factors(k, S, phis, ends)[u]).sum(axis=1) for k in keys],
-                            axis=1)
+        """(G, len(keys)): the keys' totals where two predicate columns' pair grid holds them exactly
+        (:meth:`_exact_pair`), else None (one column: :meth:`_whole_cell_groups`). The model's prediction is then
+        the answer; the fit would add the sample's noise to it, or miss it where its terms are nearly collinear
+        among a group's rows."""
         pair = self._exact_pair(S, keys)
         if pair is None:
             return None
         return np.stack([self._pair_total(pair, self._key_factors(k, S, phis, ends)) for k in keys], axis=1)
-
-    def _exact_column(self, u: int, keys: list) -> bool:
-        """Whether the one predicate column ``u`` holds every key's total exactly: discrete (each value its own fine
-        bin, kept or dropped whole), and every key a row count, a value of ``u`` or a total its sum grid holds at
-        full resolution (a cell per fine bin: a bin's mean is its cell's, :meth:`_sum_ratio`)."""
-        if not self.infos[u].discrete:
-            return False
-        tot = self.sums[u][1]
-        full = len(self._sum_starts(u)) == self.fine[u].shape[1]  # a cell starts at every fine bin
-        return all(kind == "n" or j == u or (full and (kind, j) in tot) for kind, j in keys)
 
     def _exact_pair(self, S: list[int], keys: list) -> Pair | None:
         """The stored pair grid that holds the query's answer exactly, if one does: two predicate columns, both
@@ -1708,26 +1697,15 @@ class Synopsis:
         return est, var_fn, np.full(G, np.inf), True
 
 
-def _held_exactly(exact_of: np.ndarray, exact: np.ndarray, est: np.ndarray, var_fn, support: np.ndarray):
-    """The estimate, variance function and support with the groups ``exact_of`` answered ``exact`` (no variance,
-    not resting on the sample)."""
+def _held_exactly(exact_of: np.ndarray, exact: np.ndarray | float, est: np.ndarray, var_fn, support: np.ndarray):
+    """The estimate, variance function and support with the groups ``exact_of`` answered ``exact`` (G, K), or 0 (a
+    condition keeps none of their rows): no variance, not resting on the sample."""
     est = np.where(exact_of[:, None], exact, est)
 
     def var_of(gids, ks, ws):
         return var_fn(gids, ks, ws).without(exact_of[gids])
 
     return est, var_of, np.where(exact_of, np.inf, support)
-
-
-def _without(empty: np.ndarray, est: np.ndarray, var_fn, support: np.ndarray):
-    """The estimate, variance function and support with the groups ``empty`` answered 0 exactly (no variance, not
-    resting on the sample)."""
-    est = np.where(empty[:, None], 0.0, est)
-
-    def var_of(gids, ks, ws):
-        return var_fn(gids, ks, ws).without(empty[gids])
-
-    return est, var_of, np.where(empty, np.inf, support)
 
 
 def _pairs_per_group(gid: np.ndarray, key: np.ndarray, G: int) -> tuple[np.ndarray, np.ndarray]:
