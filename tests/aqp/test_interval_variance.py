@@ -19,14 +19,16 @@ def _half_width(eng: Engine, sql: str) -> float:
 
 
 def _parts(eng: Engine, sql: str, monkeypatch) -> tuple[float, float, float]:
-    """The half-widths of the interval as built, of the placement term alone and of the residuals alone."""
+    """The half-widths of the interval as built, of the placement terms alone (the rows' places within the cut
+    bins, and the split of a cut end's rows among the groups) and of the residuals alone."""
     both = _half_width(eng, sql)
     with monkeypatch.context() as m:
         m.setattr(GroupTotals, "residual_variance", lambda self, gids, ss, ks: np.zeros(len(gids)))
         placement = _half_width(eng, sql)
     with monkeypatch.context() as m:
         m.setattr(syn_mod.Synopsis, "_placement",
-                  lambda self, S, phis, box, ends=None, rows=None: {})
+                  lambda self, S, phis, box, ends=None, rows=None, split=None: {})
+        m.setattr(syn_mod.Synopsis, "_end_splits", lambda self, *args: [])  # the ends' split among the groups
         residual = _half_width(eng, sql)
     return both, placement, residual
 
@@ -70,7 +72,7 @@ def test_a_cut_bin_the_sample_sees_adds_no_placement_variance(rng, monkeypatch):
 def test_a_bin_cut_at_an_end_keeps_the_placement_variance_in_each_group(rng, monkeypatch):
     # years every 5 in bins of a few values each: `yr < cut` at a bin's largest value keeps the rest of its rows.
     # Each row's own place is known, so every residual there is 0; the group's total takes the table's share of
-    # the bin's rows at each end, which the residuals cannot check: the placement term stays, seen or not
+    # the bin's rows at each end, which the residuals cannot check: the split's term stays, seen or not
     n = 80_000
     con = duckdb.connect()
     con.register("df", pd.DataFrame({"g": rng.integers(0, 2, n), "yr": 1950 + 5 * rng.integers(0, 31, n)}))
@@ -117,7 +119,8 @@ def test_a_sums_placement_term_weighs_the_cut_bins_values(rng, monkeypatch):
     seen = []
     weigh = syn_mod.Synopsis._placement_moments
     monkeypatch.setattr(syn_mod.Synopsis, "_placement_moments",
-                        lambda self, parts, keys: seen.append((keys, weigh(self, parts, keys))) or seen[-1][1])
+                        lambda self, parts, keys, split=None: seen.append((keys, weigh(self, parts, keys, split)))
+                        or seen[-1][1])
     typical = np.sqrt(np.mean(con.execute("SELECT x FROM t").df()["x"].to_numpy() ** 2))
     for q in (0.05, 0.1, 0.2):
         i = int(np.searchsorted(edges, np.quantile(edges, q))) - 1

@@ -54,7 +54,7 @@ import json
 import math
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -929,10 +929,12 @@ def _drop(con: Connector, tbl: exp.Table) -> None:
     con.execute(exp.Drop(tables=[tbl], kind="TABLE"))
 
 
-def write_histograms(con: Connector, tables: SynopsisTables, binned: Binned, infos: list[ColumnInfo]) -> None:
+def write_histograms(con: Connector, tables: SynopsisTables, binned: Binned, infos: list[ColumnInfo],
+                     group_by: Sequence[str] = ()) -> None:
     """The fine 1-D histograms (exact count and sum per group and bin), and the edges with each bin's occupied
     range over the whole table (its smallest and largest value: the model spreads the bin's rows over it) and
-    the rows at either end (:func:`occupied`)."""
+    the rows at either end (:func:`occupied`); with groups, how the rows at the ends are split among them
+    (:func:`end_dispersion`, into each column's ``end_dispersion``)."""
     marg = tables.marg.table(tables.id)
     con.execute(tables.marg.create(tables.id))
     occ = []
@@ -941,21 +943,27 @@ def write_histograms(con: Connector, tables: SynopsisTables, binned: Binned, inf
             .from_(binned.table).group_by(_col("gid"), binned.b(j))
         con.execute(exp.insert(hist, marg))
         occ.append(con.fetch_df(occupied(binned, j)))
+    occ_all = pd.concat(occ, ignore_index=True)
     con.execute(tables.edges.create(tables.id))
-    con.insert_frame(tables.edges.table(tables.id), edges_frame(infos, pd.concat(occ, ignore_index=True)))
+    con.insert_frame(tables.edges.table(tables.id), edges_frame(infos, occ_all))
+    if group_by:
+        labels = con.fetch_df(sqlglot.select(_col("gid"), *(_col(g) for g in group_by))
+                              .from_(tables.table("groups")))
+        set_end_dispersion(infos, occ_all, labels, list(group_by))
 
 
 OCCUPIED = ("vmin", "vmax", "nmin", "nmax")
 
 
 def occupied(binned: Binned, j: int) -> exp.Select:
-    """Per non-empty fine bin of column ``j``: ``(col, bin, vmin, vmax, nmin, nmax)``, its smallest and largest
-    value and the rows holding each (two passes: the ends, then the rows at them).
+    """Per group and non-empty fine bin of column ``j``: ``(col, gid, bin, vmin, vmax, nmin, nmax, n)``, the bin's
+    smallest and largest value over the whole table, the group's rows holding each and its rows in the bin (two
+    passes: the ends, then the rows at them).
 
     Examples
     --------
     >>> occupied(Binned("binned", 2), 1).named_selects
-    ['col', 'bin', 'vmin', 'vmax', 'nmin', 'nmax']
+    ['col', 'gid', 'bin', 'vmin', 'vmax', 'nmin', 'nmax', 'n']
     """
     ends = sqlglot.select(exp.alias_(binned.b(j), "bin", quoted=True),
                           exp.alias_(exp.Min(this=binned.v(j)), "vmin", quoted=True),
@@ -966,17 +974,21 @@ def occupied(binned: Binned, j: int) -> exp.Select:
         return exp.Sum(this=exp.case().when(exp.column(f"v{j}", "t", quoted=True).eq(_col(end, "e")), _num(1))
                        .else_(_num(0)))
 
-    return sqlglot.select(exp.alias_(_num(j), "col", quoted=True), _col("bin", "e"), _col("vmin", "e"),
-                          _col("vmax", "e"), exp.alias_(rows_at("vmin"), "nmin", quoted=True),
-                          exp.alias_(rows_at("vmax"), "nmax", quoted=True)) \
+    gid = exp.column("gid", "t", quoted=True)
+    return sqlglot.select(exp.alias_(_num(j), "col", quoted=True), exp.alias_(gid, "gid", quoted=True),
+                          _col("bin", "e"), _col("vmin", "e"), _col("vmax", "e"),
+                          exp.alias_(rows_at("vmin"), "nmin", quoted=True),
+                          exp.alias_(rows_at("vmax"), "nmax", quoted=True),
+                          exp.alias_(_count(), "n", quoted=True)) \
         .from_(exp.alias_(binned.table, "t", table=True, quoted=True)) \
         .join(ends.subquery("e"), on=exp.column(f"b{j}", "t", quoted=True).eq(_col("bin", "e"))) \
-        .group_by(_col("bin", "e"), _col("vmin", "e"), _col("vmax", "e"))
+        .group_by(gid, _col("bin", "e"), _col("vmin", "e"), _col("vmax", "e"))
 
 
 def merge_occupied(parts: Sequence[pd.DataFrame]) -> pd.DataFrame:
     """Bins' occupied ranges from parts of the table (:func:`occupied`'s columns): the least ``vmin`` and its
-    rows summed over the parts whose ``vmin`` it is, the greatest ``vmax`` likewise.
+    rows summed over the parts whose ``vmin`` it is, the greatest ``vmax`` likewise; per group where the parts
+    have a ``gid`` column (all of them, or none: rows without one count for no group), else per bin.
 
     Examples
     --------
@@ -993,9 +1005,120 @@ def merge_occupied(parts: Sequence[pd.DataFrame]) -> pd.DataFrame:
     occ = occ.merge(ends, on=key)
     occ["nmin"] = np.where(occ["vmin"] == occ["lo"], occ["nmin"], 0)
     occ["nmax"] = np.where(occ["vmax"] == occ["hi"], occ["nmax"], 0)
-    out = occ.groupby(key, as_index=False).agg(vmin=("lo", "first"), vmax=("hi", "first"), nmin=("nmin", "sum"),
-                                              nmax=("nmax", "sum"))
+    by = ["col", "gid", "bin"] if "gid" in occ.columns and occ["gid"].notna().all() else key
+    extra = {"n": ("n", "sum")} if "n" in occ.columns and by != key else {}
+    out = occ.groupby(by, as_index=False).agg(vmin=("lo", "first"), vmax=("hi", "first"), nmin=("nmin", "sum"),
+                                              nmax=("nmax", "sum"), **extra)
     return out.astype({"vmin": np.float64, "vmax": np.float64, "nmin": np.float64, "nmax": np.float64})
+
+
+def bin_ends(occ: pd.DataFrame) -> pd.DataFrame:
+    """Per column and bin, the occupied range and the table's rows at its ends: :func:`occupied`'s per-group
+    rows added up (returned as they are where they have no ``gid`` column).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> occ = pd.DataFrame({"col": [0, 0], "gid": [0, 1], "bin": [1, 1], "vmin": [2.0, 2.0], "vmax": [9.0, 9.0],
+    ...                     "nmin": [3, 0], "nmax": [1, 2], "n": [7, 5]})
+    >>> bin_ends(occ)[["bin", "vmin", "vmax", "nmin", "nmax"]].values.tolist()
+    [[1.0, 2.0, 9.0, 3.0, 3.0]]
+    """
+    if "gid" not in occ.columns:
+        return occ
+    return occ.groupby(["col", "bin"], as_index=False).agg(vmin=("vmin", "first"), vmax=("vmax", "first"),
+                                                          nmin=("nmin", "sum"), nmax=("nmax", "sum"))
+
+
+#: group columns up to which :func:`end_dispersion` measures every subset of them (beyond: each column alone
+#: and all of them together; a query grouping otherwise takes the largest measured)
+END_SUBSETS_UP_TO = 6
+
+
+def subset_key(columns: Iterable[str]) -> str:
+    """The key :attr:`ColumnInfo.end_dispersion` files a set of group columns under.
+
+    Examples
+    --------
+    >>> subset_key(["wday", "state"])
+    '["state", "wday"]'
+    """
+    return json.dumps(sorted(columns))
+
+
+def end_dispersion(occ: pd.DataFrame, labels: pd.DataFrame, group_by: list[str], j: int, bins: int
+                   ) -> dict[str, list[list[float | None]]]:
+    """How the table's rows at each end of column ``j``'s fine bins are split among groups, against a split in
+    proportion to the groups' rows in the bin (the model's: :meth:`~densitas.aqp.synopsis.Synopsis._shares`), per
+    set of group columns a query may group by.
+
+    For a set ``T``, its classes ``O`` (the groups agreeing on ``T``), a bin ``b`` with distinct ends and an end
+    holding ``c`` rows, ``O``'s share ``P = n_Ob / n_b`` of the bin's rows: the model's error in ``O``'s rows at
+    that end is ``d = c_O − c·P``. A split of the ``c`` rows drawn at random by those shares (multinomial) has
+    ``E d² = c·P(1 − P)``; the end's dispersion is ``Σ_O d² / Σ_O c·P(1 − P)``: exact, from the whole table. 1
+    for rows placed at random, about 0 where every group holds its share of every value (a day's births in each
+    state), far above 1 where a few groups hold a value. The empty set is left out: the groups' rows at an end
+    add up to ``c`` exactly.
+
+    ``occ``: :func:`occupied`'s per-group rows; ``labels``: the groups table (``gid`` and the group columns).
+    Returns per set (:func:`subset_key`) the dispersion at each bin's low and high end (None where the bin has
+    no two distinct ends).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> labels = pd.DataFrame({"gid": [0, 1], "g": ["a", "b"]})
+    >>> occ = pd.DataFrame({"col": 0, "gid": [0, 1], "bin": 1, "vmin": 0.0, "vmax": 9.0,
+    ...                     "nmin": [5, 5], "nmax": [10, 0], "n": [50, 50]})
+    >>> end_dispersion(occ, labels, ["g"], 0, bins=1)   # low end: d = 0, 0; high end: ±5 against 2.5 + 2.5
+    {'["g"]': [[0.0], [10.0]]}
+    """
+    o = occ.loc[(occ["col"] == j) & (occ["vmax"] > occ["vmin"])]
+    if o.empty:
+        return {}
+    G = int(labels["gid"].max()) + 1
+    b_idx = o["bin"].to_numpy(dtype=np.int64) - 1
+    g_idx = o["gid"].to_numpy(dtype=np.int64)
+    measured = np.zeros(bins, dtype=bool)
+    measured[b_idx] = True
+    n = np.zeros((G, bins))
+    ends = [np.zeros((G, bins)), np.zeros((G, bins))]
+    np.add.at(n, (g_idx, b_idx), o["n"].to_numpy(dtype=np.float64))
+    for e, c in zip(ends, ("nmin", "nmax"), strict=True):
+        np.add.at(e, (g_idx, b_idx), o[c].to_numpy(dtype=np.float64))
+    lab = labels.set_index("gid").reindex(range(G))
+    k = len(group_by)
+    if k <= END_SUBSETS_UP_TO:
+        subsets = [list(s) for r in range(1, k + 1) for s in itertools.combinations(group_by, r)]
+    else:
+        subsets = [[g] for g in group_by] + [list(group_by)]
+    out = {}
+    for cols in subsets:
+        cls = lab.groupby(cols, dropna=False, sort=False).ngroup().to_numpy()
+        cls = np.where(cls < 0, cls.max() + 1, cls)
+        onehot = np.zeros((cls.max() + 1, G))
+        onehot[cls, np.arange(G)] = 1.0
+        n_O = onehot @ n  # (classes, bins)
+        P = n_O / np.maximum(n_O.sum(axis=0), 1)
+        per_end = []
+        for e in ends:
+            c_O = onehot @ e
+            c = c_O.sum(axis=0)
+            num = ((c_O - c * P) ** 2).sum(axis=0)
+            den = (c * P * (1 - P)).sum(axis=0)
+            ok = measured & (den > 0)
+            per_end.append([float(f"{x:.4g}") if k_ else None
+                            for x, k_ in zip(np.where(ok, num / np.where(ok, den, 1), 0.0), ok, strict=True)])
+        out[subset_key(cols)] = per_end
+    return out
+
+
+def set_end_dispersion(infos: list[ColumnInfo], occ: pd.DataFrame, labels: pd.DataFrame, group_by: list[str]
+                       ) -> None:
+    """Each continuous column's :func:`end_dispersion` into its ``end_dispersion``."""
+    for j, info in enumerate(infos):
+        if not info.discrete:
+            info.end_dispersion = end_dispersion(occ, labels, group_by, j, info.bins)
 
 
 def nullable(v: pd.Series | np.ndarray, dtype: str = "Float64") -> pd.api.extensions.ExtensionArray:
@@ -1022,6 +1145,7 @@ def edges_frame(infos: Sequence[ColumnInfo], occ: pd.DataFrame) -> pd.DataFrame:
     >>> edges_frame([info], occ)[["bin", "lo", "vmin", "nmax"]].values.tolist()
     [[1, 0.0, <NA>, <NA>], [2, 5.0, 5.5, 1]]
     """
+    occ = bin_ends(occ)
     frames = []
     for j, info in enumerate(infos):
         o = occ.loc[occ["col"] == j]
@@ -1772,7 +1896,7 @@ def build(con: Connector, table: str, columns: Sequence[str] | None = None, grou
         plan.costs = row_costs(infos, plan.n_groups, stats.rows, opts, rule, decimals)
         plan.sample_bytes = sample_bytes(opts, plan.budget, plan.costs, stats.rows, plan.n_groups,
                                          count_rows(con, tables.table("outliers")))
-        write_histograms(con, tables, binned, infos)
+        write_histograms(con, tables, binned, infos, cols.group_by)
         sum_res = write_sum_grids(con, tables, binned, infos, plan, opts)
         say("dependence", 0.4)
         probe_grids: dict = {}

@@ -69,6 +69,9 @@ class ColumnInfo:
     # the (group, value) pairs present in the table (build.count_cells; 0: not counted, taken as groups x
     # distinct values): the rows of the column's histogram at one bin a value
     cells: int = 0
+    # how the rows at the bins' ends are split among the synopsis' groups against the model's proportional split,
+    # per set of group columns (build.end_dispersion: 1 at random, 0 exact); empty where not measured
+    end_dispersion: dict = field(default_factory=dict)
 
     @property
     def column(self) -> exp.Column:
@@ -124,7 +127,7 @@ class ColumnInfo:
     def to_dict(self) -> dict:
         return {"name": self.name, "sql_type": self.sql_type, "kind": self.kind, "step": self.step,
                 "nullable": self.nullable, "lo": self.lo, "hi": self.hi, "distinct": self.distinct,
-                "discrete": self.discrete}
+                "discrete": self.discrete, "end_dispersion": self.end_dispersion}
 
     @classmethod
     def from_dict(cls, d: dict, edges: np.ndarray, occupied_min: np.ndarray | None = None,

@@ -388,6 +388,8 @@ def merge_partials(plan: PartitionPlan, parts: list[dict]) -> Merged:
                             for c in value_cols}})
     occ = b.merge_occupied([p["occupied"] for p in parts])
     frames = [b.edges_frame(plan.infos, occ)]
+    if plan.group_by:  # the ends' split among the groups, as a normal build measures it (write_histograms)
+        b.set_end_dispersion(plan.infos, occ, plan.groups[["gid", *plan.group_by]], list(plan.group_by))
     finest = {}
     for pair in plan.candidates:
         res = parts[0]["finest"][pair][0]

@@ -168,10 +168,11 @@ class GroupVariances:
 
     sampling: np.ndarray
     extrapolation: np.ndarray | None = None
+    splits: list[SplitTerm] = dataclasses.field(default_factory=list)
 
     def per_answer(self, codes: np.ndarray, m: int) -> np.ndarray:
         """(m,): the variance of each answer that adds up the groups ``codes`` maps to it: the sampling variances
-        summed, plus the square of the shifts' sum.
+        summed, plus the square of the shifts' sum, plus each end split's (:class:`SplitTerm`).
 
         Examples
         --------
@@ -181,6 +182,8 @@ class GroupVariances:
         v = np.bincount(codes, self.sampling, minlength=m)
         if self.extrapolation is not None:
             v = v + np.bincount(codes, self.extrapolation, minlength=m) ** 2
+        for t in self.splits:
+            v = v + t.per_answer(codes, m)
         return v
 
     def without(self, empty: np.ndarray) -> GroupVariances:
@@ -193,7 +196,56 @@ class GroupVariances:
         ([1.0, 0.0], [3.0, 0.0])
         """
         shift = None if self.extrapolation is None else np.where(empty, 0.0, self.extrapolation)
-        return GroupVariances(np.where(empty, 0.0, self.sampling), shift)
+        return GroupVariances(np.where(empty, 0.0, self.sampling), shift, [t.without(empty) for t in self.splits])
+
+
+@dataclass
+class SplitTerm:
+    """The variance an answer takes from how the table's ``c`` rows at one end of a fine bin the box cuts there
+    are split among the synopsis' groups: the model gives each group its share ``p_g`` of the bin's rows
+    (:meth:`Synopsis._shares`), and a group whose share is off moves rows worth ``a_g`` each (its combination of
+    the keys' per-row values) in or out of the box. Were the rows split at random by those shares (multinomial),
+    an answer adding up the groups ``O`` would be off by ``Σ_O a_g (c_g − c·p_g)``, of variance ``c·(Σ_O p_g a_g²
+    − (Σ_O p_g a_g)²)``: 0 for a count over every group, as the groups' rows there add up to ``c``. ``weight`` is
+    ``c`` times the end's measured dispersion (:func:`~densitas.aqp.build.end_dispersion`, for the query's
+    grouping): the split's variance in the table against the random one's.
+
+    Examples
+    --------
+    >>> t = SplitTerm(10.0, np.array([0.5, 0.5]), np.array([0.5, 0.5]))   # two groups of half the bin, a = 1
+    >>> t.per_answer(np.array([0, 1]), 2).tolist(), t.per_answer(np.array([0, 0]), 1).tolist()
+    ([2.5, 2.5], [0.0])
+    """
+
+    weight: float
+    p_a2: np.ndarray  # (groups asked about,) p_g a_g²
+    p_a: np.ndarray  # (groups asked about,) p_g a_g
+
+    def per_answer(self, codes: np.ndarray, m: int) -> np.ndarray:
+        """(m,): the variance of each answer adding up the groups ``codes`` maps to it."""
+        v = np.bincount(codes, self.p_a2, minlength=m) - np.bincount(codes, self.p_a, minlength=m) ** 2
+        return self.weight * np.maximum(v, 0.0)
+
+    def without(self, empty: np.ndarray) -> SplitTerm:
+        """This term with the groups ``empty`` held exactly (their rows at the end known: no error)."""
+        return SplitTerm(self.weight, np.where(empty, 0.0, self.p_a2), np.where(empty, 0.0, self.p_a))
+
+
+@dataclass
+class _EndSplit:
+    """One end of a fine bin the box cuts there (:meth:`Synopsis._end_splits`): its rows times their measured
+    dispersion among the groups, each group's share of the bin's rows (G,) and what a row of it moved across the
+    cut adds to each key (G, K)."""
+
+    weight: float
+    share: np.ndarray
+    per_row: np.ndarray
+
+    def term(self, gids: np.ndarray, W: np.ndarray) -> SplitTerm:
+        """The :class:`SplitTerm` of the groups ``gids`` for the combination ``W`` (len(gids), K) of the keys."""
+        a = np.einsum("gk,gk->g", W, self.per_row[gids])
+        p = self.share[gids]
+        return SplitTerm(self.weight, p * a * a, p * a)
 
 
 def _bins_kept(vmin: np.ndarray, vmax: np.ndarray, ivals: list) -> tuple[np.ndarray, np.ndarray]:
@@ -760,7 +812,10 @@ class Synopsis:
             needs += [nn] if a.func == "count" else [("s" if a.func == "sum" else "d", j), nn]
         keys = list(dict.fromkeys([("n", None), *needs]))  # row counts always: empty groups are dropped
         # reads: whether the answer reads the sample's values (not held exactly by the grids)
-        est, var_fn, support, reads = (self._grid if method == "grid" else self._kde)(cols, box, keys)
+        # the group columns the answers are split by: their GROUP BY, and those a condition keeps values of
+        grouping = sorted(set(q.group_by) | {c.column for c in q.conditions if c.column in self.group_by})
+        est, var_fn, support, reads = (self._grid(cols, box, keys, grouping) if method == "grid"
+                                       else self._kde(cols, box, keys))
         if empty.any():  # a condition keeps none of these groups' rows: their grid totals are 0, surely
             est, var_fn, support = _held_exactly(empty, 0.0, est, var_fn, support)
         if len(self.o_gid):
@@ -911,9 +966,10 @@ class Synopsis:
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(self.N > 0, (self.fine[root] * lam).sum(axis=1) / np.maximum(self.N, 1), 0.0)
 
-    def _grid(self, cols, box, keys):
+    def _grid(self, cols, box, keys, grouping: list[str] | None = None):
         """Per group and key the regression estimate (G, len(keys)) and a function giving per-group variances of
-        linear combinations of the keys (module docstrings of this module and :mod:`densitas.aqp.estimator`)."""
+        linear combinations of the keys (module docstrings of this module and :mod:`densitas.aqp.estimator`);
+        ``grouping``: the group columns the answers are split by (:meth:`_end_splits`)."""
         S = list(cols)
         shares = {u: self._shares(u, box[u]) for u in S}
         phis = {u: share for u, (share, _) in shares.items()}
@@ -945,8 +1001,12 @@ class Synopsis:
         # (_placement_moments), a quadratic form in the keys' weights, expanded as the residuals' are (N²(1 − n/N)/n:
         # a group sampled whole is exact); taken with the residuals' in one product, combined by interval_variance
         scale = (count / np.maximum(self.N, 1)) ** 2 * totals.expansion * self.n
-        place = self._placement_moments(self._placement(S, phis, box, ends, rows), keys) * scale[:, None, None]
+        dispersion = self._split_dispersion(S, ends, grouping)  # the bins cut at an end whose split is measured
+        split = {u: self._split_applied(u, d, ends[u], len(S) == 1) for u, d in dispersion.items()}
+        parts = self._placement(S, phis, box, ends, rows, split)
+        place = self._placement_moments(parts, keys, split) * scale[:, None, None]
         quadratic = np.stack([totals.residual_scatter, place], axis=1)  # (G, 2, K, K)
+        splits = self._end_splits(phis, ends, keys, count, dispersion, split)
         K = len(keys)
 
         def var_fn(gids, ks, ws):
@@ -955,7 +1015,8 @@ class Synopsis:
                 W[:, k] += wk
             scatter, placement = np.einsum("gk,gjkl,gl->jg", W, quadratic[gids], W)
             sampling = interval_variance(totals.residual_variance(gids, scatter, ks), np.maximum(placement, 0.0))
-            return GroupVariances(sampling + totals.extrapolation_noise(gids, W), totals.extrapolation_shift(gids, W))
+            return GroupVariances(sampling + totals.extrapolation_noise(gids, W), totals.extrapolation_shift(gids, W),
+                                  [end.term(gids, W) for end in splits])
 
         if whole is not None:  # these groups' answers the grids hold exactly
             return (*_held_exactly(whole[0], whole[1], totals.value, var_fn, self._support(rows)), True)
@@ -1469,7 +1530,8 @@ class Synopsis:
             got = self._bin_sum_cache[u] = np.nan_to_num(self.fine[u] * self.mean[u])
         return got
 
-    def _placement(self, S, phis, box, ends: dict | None = None, rows: _Rows | None = None) -> dict[int, np.ndarray]:
+    def _placement(self, S, phis, box, ends: dict | None = None, rows: _Rows | None = None,
+                   split: dict[int, np.ndarray] | None = None) -> dict[int, np.ndarray]:
         """Per predicate column ``u`` (those with a cut bin), (G, B_u + 1): each fine bin's part of the relative
         variance of the count from rows placed evenly within the fine bins the box cuts (Bernoulli placement plus
         the squared disagreement with a linear density through the neighbouring bins): the part of the error in
@@ -1500,6 +1562,9 @@ class Synopsis:
                 if G > 1 and parts is not None:
                     disp[:, 1:] = np.where(parts.end_cut & self._partial[:, None], np.maximum(disp[:, 1:], 1.0),
                                            disp[:, 1:])
+                if split is not None and u in split:  # the ends' split is its own term (_end_splits): here only
+                    # which of the bin's rows are at the end, row by row (_placement_moments centres their values)
+                    disp[:, 1:] = np.where(split[u] & self._partial[:, None], 1.0, disp[:, 1:])
                 num = share * (1 - share) * placed * disp * unseen + self._slope_var(u, box[u], unseen)
                 den = (w * ph).sum(axis=1)
                 out[u] = np.where(den[:, None] > 0, num / np.where(den > 0, den, 1)[:, None] ** 2, 0.0)
@@ -1584,7 +1649,104 @@ class Synopsis:
         keep = np.r_[False, ~point]
         return placed, values, keep
 
-    def _placement_moments(self, parts: dict[int, np.ndarray], keys: list) -> np.ndarray:
+    def _split_dispersion(self, S: list[int], ends: dict, grouping: list[str] | None) -> dict[int, np.ndarray]:
+        """Per predicate column ``u`` with bins the box cuts at an end only (``_Ends.end_cut``), in a synopsis of
+        several groups: (2, B_u) the measured dispersion of the split of each such bin's low and high end's rows
+        among the groups, for the query's ``grouping`` (:func:`~densitas.aqp.build.end_dispersion`; the largest
+        measured for a set of group columns not measured), NaN elsewhere. Columns without measurements (an older
+        synopsis) are left out: their ends keep the row-by-row placement (:meth:`_placement`)."""
+        out: dict[int, np.ndarray] = {}
+        if len(self.N) == 1 or grouping is None:
+            return out
+        for u in S:
+            parts, stored = ends.get(u), self.infos[u].end_dispersion
+            if parts is None or parts.end_cut is None or not parts.end_cut.any() or not stored:
+                continue
+            key = json.dumps(sorted(grouping))
+            chosen = [stored[key]] if key in stored else list(stored.values()) if grouping else []
+            if not chosen:  # no grouping: the groups' rows at each end add up to the table's
+                d = np.zeros((2, len(parts.end_cut)))
+            else:
+                d = np.fmax.reduce(np.array([np.array(v, dtype=np.float64) for v in chosen]), axis=0)  # NaN: none
+            out[u] = np.where(parts.end_cut[None, :], d, np.nan)
+        return out
+
+    def _split_applied(self, u: int, disp: np.ndarray, parts: _Ends, alone: bool) -> np.ndarray:
+        """(G, B_u): the groups and bins whose answers take the model's split of the cut ends' rows, so that their
+        error in those rows is the split's (:meth:`_end_splits`): every group where ``u`` is the query's only
+        predicate column (the model's prediction is then the fit's, its rows at the ends held by their own
+        places); with others, the groups with at least :data:`SEEN_SIDE` sample rows at each cut end of the bin,
+        from which the fit learns the ends' rows (with fewer, it may leave them to the other columns' terms and
+        answer as if none were cut: those keep the row-by-row placement, :meth:`_placement`)."""
+        G = len(self.N)
+        cut = np.isfinite(disp).any(axis=0)
+        if alone:
+            return np.broadcast_to(cut, (G, len(cut))).copy()
+        b = self._sample_bins()[:, u]
+        v = self.s_vals[:, u]
+        ok = np.broadcast_to(cut, (G, len(cut))).copy()
+        for side, (value, inside) in enumerate(((parts.vmin, parts.in_lo), (parts.vmax, parts.in_hi))):
+            needed = cut & (inside != parts.inner) & np.isfinite(disp[side])
+            at = (b > 0) & needed[np.maximum(b - 1, 0)] & (v == value[np.maximum(b - 1, 0)])
+            seen = np.bincount(self.s_gid[at] * len(cut) + (b[at] - 1), minlength=G * len(cut)).reshape(G, len(cut))
+            ok &= ~needed[None, :] | (seen >= SEEN_SIDE)
+        return ok
+
+    def _end_splits(self, phis: dict, ends: dict, keys: list, count: np.ndarray,
+                    dispersion: dict[int, np.ndarray], applied: dict[int, np.ndarray]) -> list[_EndSplit]:
+        """One :class:`_EndSplit` per end of a bin the box cuts at an end only, where its split among the groups
+        is measured (:meth:`_split_dispersion`): the end's rows times that dispersion, each group's share of the
+        bin's rows, and what one of its rows moved across the cut adds to each key's total (G, K): ±1 for a row
+        count, the end's own value for the column's sums, the group's mean of the others among its sample rows
+        in the bin (its mean anywhere with fewer than :data:`SEEN_SIDE` there), scaled by the share of the
+        group's rows in the column's range that the rest of the box keeps. Groups the sample holds whole have
+        their rows where they are: 0."""
+        out = []
+        for u, disp in dispersion.items():
+            parts, w = ends[u], self.fine[u]
+            nb = w[:, 1:].sum(axis=0)
+            den = (w * phis[u]).sum(axis=1)  # each group's rows in u's range
+            with np.errstate(invalid="ignore", divide="ignore"):
+                rest = np.where(den > 0, count / np.where(den > 0, den, 1.0), 0.0) * self._partial
+            counts = (self.infos[u].count_at_min, self.infos[u].count_at_max)
+            values = (parts.vmin, parts.vmax)
+            inside = (parts.in_lo, parts.in_hi)
+            for b in np.flatnonzero(np.isfinite(disp).any(axis=0)):
+                mean = None
+                for side in (0, 1):
+                    kappa = inside[side][b] - parts.inner[b]  # +1: the end's rows are in the box, the rest not
+                    c, d = float(np.nan_to_num(counts[side][b])), disp[side, b]
+                    if kappa == 0 or c <= 0 or not np.isfinite(d) or nb[b] <= 0:
+                        continue
+                    if mean is None:
+                        mean = self._bin_means(u, b + 1, keys)
+                    per_row = mean.copy()
+                    for t, (kind, j) in enumerate(keys):
+                        if j == u:
+                            per_row[:, t] = values[side][b] - self._centre_of((kind, j)) if kind in SUM_KINDS \
+                                else 1.0
+                    per_row *= (kappa * rest * applied[u][:, b])[:, None]
+                    out.append(_EndSplit(c * d, w[:, b + 1] / nb[b], per_row))
+        return out
+
+    def _bin_means(self, u: int, b: int, keys: list) -> np.ndarray:
+        """(G, K): per group, each key's mean value (before the box) among its sample rows in fine bin ``b`` of
+        ``u``, or among all its sample rows where fewer than :data:`SEEN_SIDE` lie there; 1 for a row count."""
+        G, K = len(self.N), len(keys)
+        overall = self._moments(tuple(keys), first=True) / np.maximum(self.n, 1)[:, None]
+        order, sorted_bins = self._sorted_by_bin(u)
+        lo, hi = np.searchsorted(sorted_bins, [b, b + 1], side="left")
+        idx = order[lo:hi]
+        if not len(idx):
+            return overall
+        gid = self.s_gid[idx]
+        yb = self._sample_values(keys, self.s_vals[idx])
+        m = np.bincount(gid, minlength=G).astype(np.float64)
+        own = np.stack([np.bincount(gid, yb[:, t], minlength=G) for t in range(K)], axis=1) / np.maximum(m, 1)[:, None]
+        return np.where((m >= SEEN_SIDE)[:, None], own, overall)
+
+    def _placement_moments(self, parts: dict[int, np.ndarray], keys: list,
+                           split: dict[int, np.ndarray] | None = None) -> np.ndarray:
         """(G, K, K): the placement variance's relative parts per cut bin (:meth:`_placement`) weighed by the
         keys' second moments ``E[y yᵀ]`` among the rows of that bin: the rows a cut moves carry the values of
         their bin, not of their whole group (a SUM of a heavy-tailed column cut near its small values moved rows
@@ -1626,6 +1788,14 @@ class Synopsis:
                         for k2 in range(k, K):
                             own[:, k, k2] = own[:, k2, k] = np.bincount(gid, y[:, k] * y[:, k2], minlength=G)
                 mean = np.where((m >= SEEN_SIDE)[:, None, None], own / np.maximum(m, 1)[:, None, None], fallback)
+                if split is not None and u in split and b > 0 and split[u][:, b - 1].any():
+                    # an end's split among the groups is _end_splits' term: here which of the group's rows are at
+                    # the end, their values about the group's mean (none for a count or u's own values there)
+                    first = self._bin_means(u, b, keys)
+                    centred = mean - first[:, :, None] * first[:, None, :]
+                    centred[:, values.any(axis=1) | of_bin, :] = 0.0
+                    centred[:, :, values.any(axis=1) | of_bin] = 0.0
+                    mean = np.where(split[u][:, b - 1, None, None], centred, mean)
                 out += rel[:, b, None, None] * mean
         return out
 
@@ -1642,19 +1812,23 @@ class Synopsis:
                 y[:, t] = ~np.isnan(sv[:, j])
         return y
 
-    def _moments(self, keys: tuple) -> np.ndarray:
-        """(G, K, K): per group, the sums over its sample rows of y_k·y_l (cached per key tuple)."""
-        got = self._moment_cache.get(keys)
+    def _moments(self, keys: tuple, first: bool = False) -> np.ndarray:
+        """(G, K, K): per group, the sums over its sample rows of y_k·y_l (cached per key tuple); ``first``: (G, K),
+        the sums of y_k."""
+        got = self._moment_cache.get((keys, first))
         if got is None:
             y = self._sample_values(keys)
             G, K = len(self.N), len(keys)
-            got = np.empty((G, K, K))
-            for k in range(K):
-                for k2 in range(k, K):
-                    got[:, k, k2] = got[:, k2, k] = np.bincount(self.s_gid, y[:, k] * y[:, k2], minlength=G)
+            if first:
+                got = np.stack([np.bincount(self.s_gid, y[:, k], minlength=G) for k in range(K)], axis=1)
+            else:
+                got = np.empty((G, K, K))
+                for k in range(K):
+                    for k2 in range(k, K):
+                        got[:, k, k2] = got[:, k2, k] = np.bincount(self.s_gid, y[:, k] * y[:, k2], minlength=G)
             if len(self._moment_cache) >= 64:  # key tuples are few in practice; stay bounded regardless
                 self._moment_cache.pop(next(iter(self._moment_cache)))
-            self._moment_cache[keys] = got
+            self._moment_cache[(keys, first)] = got
         return got
 
     def _kde(self, cols, box, keys):
