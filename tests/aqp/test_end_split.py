@@ -109,7 +109,8 @@ def test_an_end_one_group_holds_widens_its_interval(rng):
                        "x": np.r_[rng.integers(0, 1000, n), heavy]})
     con, eng = _engine(df, ["x"], ["g"], max_bins=32, sample_size=4000)
     info = eng._load("t").infos[0]
-    lows = [k for k in range(info.bins) if info.occupied_min[k] % 25 == 0 and info.occupied_max[k] > info.occupied_min[k]]
+    lows = [k for k in range(info.bins)
+            if info.occupied_min[k] % 25 == 0 and info.occupied_max[k] > info.occupied_min[k]]
     assert lows, info.occupied_min
     checked = 0
     for k in lows:
