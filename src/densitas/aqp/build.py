@@ -1115,7 +1115,19 @@ def end_dispersion(occ: pd.DataFrame, labels: pd.DataFrame, group_by: list[str],
 
 def set_end_dispersion(infos: list[ColumnInfo], occ: pd.DataFrame, labels: pd.DataFrame, group_by: list[str]
                        ) -> None:
-    """Each continuous column's :func:`end_dispersion` into its ``end_dispersion``."""
+    """Each continuous column's :func:`end_dispersion` into its ``end_dispersion`` (a discrete column's bins are
+    its values: no bin is cut at an end).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> info = ColumnInfo("x", "INTEGER", "int", 1.0, edges=np.array([0.0]))
+    >>> occ = pd.DataFrame({"col": 0, "gid": [0, 1], "bin": 1, "vmin": 0.0, "vmax": 9.0,
+    ...                     "nmin": [5, 5], "nmax": [10, 0], "n": [50, 50]})
+    >>> set_end_dispersion([info], occ, pd.DataFrame({"gid": [0, 1], "g": ["a", "b"]}), ["g"])
+    >>> info.end_dispersion
+    {'["g"]': [[0.0], [10.0]]}
+    """
     for j, info in enumerate(infos):
         if not info.discrete:
             info.end_dispersion = end_dispersion(occ, labels, group_by, j, info.bins)
