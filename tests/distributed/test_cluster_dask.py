@@ -80,7 +80,8 @@ def test_empty_cluster_is_relocated_like_single_machine(rng, client):
     one = FuzzyKMeans(**kw).fit(X)
     many = FuzzyKMeans(**kw).fit(da.from_array(X, chunks=90))
     assert np.abs(one.cluster_centers_).max() < 1e3  # it was moved onto the data
-    assert_same_fit(one, many)
+    # per-block sums in another order, through a relocation: the inertia to 1e-8 (DENSITAS_SEED=799448425: 1.2e-9)
+    assert_same_fit(one, many, objective_rtol=1e-8)
 
 
 def test_predictions_on_dask_queries(rng, scheduler):
