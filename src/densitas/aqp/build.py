@@ -1096,13 +1096,11 @@ def end_dispersion(occ: pd.DataFrame, labels: pd.DataFrame, group_by: list[str],
     for cols in subsets:
         cls = lab.groupby(cols, dropna=False, sort=False).ngroup().to_numpy()
         cls = np.where(cls < 0, cls.max() + 1, cls)
-        onehot = np.zeros((cls.max() + 1, G))
-        onehot[cls, np.arange(G)] = 1.0
-        n_O = onehot @ n  # (classes, bins)
+        n_O = _by_class(n, cls)  # (classes, bins)
         P = n_O / np.maximum(n_O.sum(axis=0), 1)
         per_end = []
         for e in ends:
-            c_O = onehot @ e
+            c_O = _by_class(e, cls)
             c = c_O.sum(axis=0)
             num = ((c_O - c * P) ** 2).sum(axis=0)
             den = (c * P * (1 - P)).sum(axis=0)
@@ -1110,6 +1108,13 @@ def end_dispersion(occ: pd.DataFrame, labels: pd.DataFrame, group_by: list[str],
             per_end.append([float(f"{x:.4g}") if k_ else None
                             for x, k_ in zip(np.where(ok, num / np.where(ok, den, 1), 0.0), ok, strict=True)])
         out[subset_key(cols)] = per_end
+    return out
+
+
+def _by_class(a: np.ndarray, cls: np.ndarray) -> np.ndarray:
+    """(classes, bins): the groups' rows ``a`` (groups, bins) added up per class ``cls`` (groups,)."""
+    out = np.zeros((int(cls.max()) + 1, a.shape[1]))
+    np.add.at(out, cls, a)
     return out
 
 

@@ -253,6 +253,8 @@ def refresh(con: Connector, table: str, *, verify: bool = False) -> RefreshResul
             _merge_tables(con, binned, old, new, infos, grids)
             sample_rows = _merge_sample(con, binned, old, new, opts)
             occ = con.fetch_df(_union([b.occupied(binned, j) for j in range(len(infos))]))
+            for info in infos:  # the appended rows change how the ends' rows are split among the groups: not
+                info.end_dispersion = {}  # measured again here, so the ends keep the row-by-row placement
             con.execute(new.edges.create(new.id))
             con.insert_frame(new.edges.table(new.id), _edges_frame(infos, occ))
             b._drop(con, binned.table)

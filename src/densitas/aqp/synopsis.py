@@ -210,25 +210,51 @@ class SplitTerm:
     ``c`` times the end's measured dispersion (:func:`~densitas.aqp.build.end_dispersion`, for the query's
     grouping): the split's variance in the table against the random one's.
 
+    The variance splits into the answer's share as a whole, ``c·P_O(1 − P_O)·ā²`` (``P_O = Σ_O p_g``, ``ā`` the
+    mean of ``a`` over ``O`` by share), which takes the dispersion measured for the query's grouping (``weight``),
+    and the spread of ``a`` among the answer's groups, ``c·(Σ_O p_g a_g² − P_O ā²)``, which takes the dispersion
+    among all the synopsis' groups (``within``): a SUM over every group of a column whose mean differs from group
+    to group moves with which groups hold the end's rows, though their count is exact.
+
     Examples
     --------
-    >>> t = SplitTerm(10.0, np.array([0.5, 0.5]), np.array([0.5, 0.5]))   # two groups of half the bin, a = 1
+    >>> t = SplitTerm(10.0, np.array([0.5, 0.5]), np.array([1.0, 1.0]), 10.0)   # two groups of half the bin, a = 1
     >>> t.per_answer(np.array([0, 1]), 2).tolist(), t.per_answer(np.array([0, 0]), 1).tolist()
     ([2.5, 2.5], [0.0])
+    >>> SplitTerm(10.0, np.array([0.5, 0.5]), np.array([1.0, 3.0]), 10.0).per_answer(np.array([0, 0]), 1).tolist()
+    [10.0]
     """
 
     weight: float
-    p_a2: np.ndarray  # (groups asked about,) p_g a_g²
-    p_a: np.ndarray  # (groups asked about,) p_g a_g
+    p: np.ndarray  # (groups asked about,) each group's share of the bin's rows
+    a: np.ndarray  # (groups asked about,) what a row of the group moved across the cut adds
+    within: float = 0.0
 
     def per_answer(self, codes: np.ndarray, m: int) -> np.ndarray:
-        """(m,): the variance of each answer adding up the groups ``codes`` maps to it."""
-        v = np.bincount(codes, self.p_a2, minlength=m) - np.bincount(codes, self.p_a, minlength=m) ** 2
-        return self.weight * np.maximum(v, 0.0)
+        """(m,): the variance of each answer adding up the groups ``codes`` maps to it.
+
+        Examples
+        --------
+        >>> SplitTerm(4.0, np.array([0.25, 0.25]), np.array([2.0, 2.0])).per_answer(np.array([0, 1]), 2).tolist()
+        [3.0, 3.0]
+        """
+        s0 = np.bincount(codes, self.p, minlength=m)
+        s1 = np.bincount(codes, self.p * self.a, minlength=m)
+        s2 = np.bincount(codes, self.p * self.a * self.a, minlength=m)
+        whole = np.where(s0 > 0, s1 ** 2 / np.where(s0 > 0, s0, 1.0), 0.0)  # P_O ā²
+        return self.weight * np.maximum(whole - s1 ** 2, 0.0) + self.within * np.maximum(s2 - whole, 0.0)
 
     def without(self, empty: np.ndarray) -> SplitTerm:
-        """This term with the groups ``empty`` held exactly (their rows at the end known: no error)."""
-        return SplitTerm(self.weight, np.where(empty, 0.0, self.p_a2), np.where(empty, 0.0, self.p_a))
+        """This term with the groups ``empty`` held exactly (their rows at the end known: no error of their own;
+        their shares stay, as the others' rows at the end are what theirs leave).
+
+        Examples
+        --------
+        >>> t = SplitTerm(1.0, np.array([0.5, 0.5]), np.array([1.0, 1.0])).without(np.array([True, False]))
+        >>> t.a.tolist()
+        [0.0, 1.0]
+        """
+        return SplitTerm(self.weight, self.p, np.where(empty, 0.0, self.a), self.within)
 
 
 @dataclass
@@ -240,12 +266,11 @@ class _EndSplit:
     weight: float
     share: np.ndarray
     per_row: np.ndarray
+    within: float = 0.0  # the end's rows times their dispersion among all the groups
 
     def term(self, gids: np.ndarray, W: np.ndarray) -> SplitTerm:
         """The :class:`SplitTerm` of the groups ``gids`` for the combination ``W`` (len(gids), K) of the keys."""
-        a = np.einsum("gk,gk->g", W, self.per_row[gids])
-        p = self.share[gids]
-        return SplitTerm(self.weight, p * a * a, p * a)
+        return SplitTerm(self.weight, self.share[gids], np.einsum("gk,gk->g", W, self.per_row[gids]), self.within)
 
 
 def _bins_kept(vmin: np.ndarray, vmax: np.ndarray, ivals: list) -> tuple[np.ndarray, np.ndarray]:
@@ -1002,7 +1027,7 @@ class Synopsis:
         # a group sampled whole is exact); taken with the residuals' in one product, combined by interval_variance
         scale = (count / np.maximum(self.N, 1)) ** 2 * totals.expansion * self.n
         dispersion = self._split_dispersion(S, ends, grouping)  # the bins cut at an end whose split is measured
-        split = {u: self._split_applied(u, d, ends[u], len(S) == 1) for u, d in dispersion.items()}
+        split = {u: self._split_applied(u, d[0], ends[u], len(S) == 1) for u, d in dispersion.items()}
         parts = self._placement(S, phis, box, ends, rows, split)
         place = self._placement_moments(parts, keys, split) * scale[:, None, None]
         quadratic = np.stack([totals.residual_scatter, place], axis=1)  # (G, 2, K, K)
@@ -1651,9 +1676,10 @@ class Synopsis:
 
     def _split_dispersion(self, S: list[int], ends: dict, grouping: list[str] | None) -> dict[int, np.ndarray]:
         """Per predicate column ``u`` with bins the box cuts at an end only (``_Ends.end_cut``), in a synopsis of
-        several groups: (2, B_u) the measured dispersion of the split of each such bin's low and high end's rows
-        among the groups, for the query's ``grouping`` (:func:`~densitas.aqp.build.end_dispersion`; the largest
-        measured for a set of group columns not measured), NaN elsewhere. Columns without measurements (an older
+        several groups: (2, 2, B_u) the measured dispersion of the split of each such bin's low and high end's
+        rows, first among the classes of the query's ``grouping``, then among all the groups
+        (:func:`~densitas.aqp.build.end_dispersion`; the largest measured for a set of group columns not measured),
+        NaN elsewhere. Columns without measurements (an older
         synopsis) are left out: their ends keep the row-by-row placement (:meth:`_placement`)."""
         out: dict[int, np.ndarray] = {}
         if len(self.N) == 1 or grouping is None:
@@ -1668,7 +1694,10 @@ class Synopsis:
                 d = np.zeros((2, len(parts.end_cut)))
             else:
                 d = np.fmax.reduce(np.array([np.array(v, dtype=np.float64) for v in chosen]), axis=0)  # NaN: none
-            out[u] = np.where(parts.end_cut[None, :], d, np.nan)
+            full = stored.get(json.dumps(sorted(self.group_by)))  # among all the groups
+            full = np.fmax.reduce(np.array([np.array(v, dtype=np.float64) for v in stored.values()]), axis=0) \
+                if full is None else np.array(full, dtype=np.float64)
+            out[u] = np.where(parts.end_cut[None, None, :], np.stack([d, full]), np.nan)
         return out
 
     def _split_applied(self, u: int, disp: np.ndarray, parts: _Ends, alone: bool) -> np.ndarray:
@@ -1711,11 +1740,11 @@ class Synopsis:
             counts = (self.infos[u].count_at_min, self.infos[u].count_at_max)
             values = (parts.vmin, parts.vmax)
             inside = (parts.in_lo, parts.in_hi)
-            for b in np.flatnonzero(np.isfinite(disp).any(axis=0)):
+            for b in np.flatnonzero(np.isfinite(disp[0]).any(axis=0)):
                 mean = None
                 for side in (0, 1):
                     kappa = inside[side][b] - parts.inner[b]  # +1: the end's rows are in the box, the rest not
-                    c, d = float(np.nan_to_num(counts[side][b])), disp[side, b]
+                    c, d = float(np.nan_to_num(counts[side][b])), disp[0, side, b]
                     if kappa == 0 or c <= 0 or not np.isfinite(d) or nb[b] <= 0:
                         continue
                     if mean is None:
@@ -1726,7 +1755,8 @@ class Synopsis:
                             per_row[:, t] = values[side][b] - self._centre_of((kind, j)) if kind in SUM_KINDS \
                                 else 1.0
                     per_row *= (kappa * rest * applied[u][:, b])[:, None]
-                    out.append(_EndSplit(c * d, w[:, b + 1] / nb[b], per_row))
+                    within = disp[1, side, b] if np.isfinite(disp[1, side, b]) else d
+                    out.append(_EndSplit(c * d, w[:, b + 1] / nb[b], per_row, c * within))
         return out
 
     def _bin_means(self, u: int, b: int, keys: list) -> np.ndarray:
