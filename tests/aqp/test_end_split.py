@@ -157,3 +157,30 @@ def test_end_cut_answers_cover_by_any_grouping(rng, grouping):
     else:
         assert np.all(err <= half + 1e-6) and np.all(half < 1.0), (grouping, err, half)
     con.close()
+
+
+def test_a_sum_over_every_group_cut_at_an_end_covers(rng):
+    # groups of different means hold a year's rows in random amounts: over every group the rows at a bin's end add
+    # up to the table's count exactly, but their sum of y moves with which groups hold them. That part takes the
+    # dispersion among all the groups (a term at the grouping's, 0 over every group, left these intervals at 0%
+    # coverage in review): over the bounds at each bin's largest year, most intervals cover, none absurdly wide
+    years, groups = 40, 6
+    counts = rng.multinomial(600, np.full(groups, 1 / groups), size=years)  # rows per (year, group)
+    y_idx, g = np.nonzero(counts)
+    n = counts[y_idx, g]
+    gg = np.repeat(g, n)
+    df = pd.DataFrame({"g": gg, "yr": 1950 + np.repeat(y_idx, n), "y": 100.0 * gg + rng.normal(0, 1, n.sum())})
+    con, eng = _engine(df, ["yr", "y"], ["g"], max_bins=10, sample_size=3000)
+    info = eng._load("t").infos[0]
+    ends = [info.occupied_max[k] for k in range(info.bins - 1) if info.occupied_max[k] > info.occupied_min[k]]
+    assert len(ends) >= 4, info.edges
+    err, half = [], []
+    for cut in ends:
+        sql = f"SELECT SUM(y) AS s FROM t WHERE yr < {cut:.0f}"
+        got, want = eng.query(sql), con.execute(sql).df()
+        err.append(abs(float(got["s"].iloc[0] - want["s"].iloc[0])))
+        half.append(float(got["s_ci_high"].iloc[0] - got["s_ci_low"].iloc[0]) / 2)
+    err, half = np.array(err), np.array(half)
+    assert np.mean(err <= half) >= 0.75, (err, half)
+    assert np.median(err / half * 1.96) >= 0.1, (err, half)
+    con.close()
