@@ -54,7 +54,7 @@ import json
 import math
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,7 +62,7 @@ import pandas as pd
 import sqlglot
 from sqlglot import exp
 
-from densitas.aqp.columns import ColumnInfo, classify
+from densitas.aqp.columns import ColumnInfo, classify, subset_key
 from densitas.aqp.connector import Connector, table_expr
 from densitas.aqp.store import (
     FORMAT_VERSION,
@@ -1033,17 +1033,6 @@ def bin_ends(occ: pd.DataFrame) -> pd.DataFrame:
 #: group columns up to which :func:`end_dispersion` measures every subset of them (beyond: each column alone
 #: and all of them together; a query grouping otherwise takes the largest measured)
 END_SUBSETS_UP_TO = 6
-
-
-def subset_key(columns: Iterable[str]) -> str:
-    """The key :attr:`ColumnInfo.end_dispersion` files a set of group columns under.
-
-    Examples
-    --------
-    >>> subset_key(["wday", "state"])
-    '["state", "wday"]'
-    """
-    return json.dumps(sorted(columns))
 
 
 def end_dispersion(occ: pd.DataFrame, labels: pd.DataFrame, group_by: list[str], j: int, bins: int

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -138,6 +140,37 @@ class ColumnInfo:
 
         return cls(edges=edges, occupied_min=given(occupied_min), occupied_max=given(occupied_max),
                    count_at_min=given(count_at_min), count_at_max=given(count_at_max), **d)
+
+
+def subset_key(columns: Iterable[str]) -> str:
+    """The key :attr:`ColumnInfo.end_dispersion` files a set of group columns under.
+
+    Examples
+    --------
+    >>> subset_key(["wday", "state"])
+    '["state", "wday"]'
+    """
+    return json.dumps(sorted(columns))
+
+
+def stored_dispersion(info: ColumnInfo, columns: Iterable[str]) -> np.ndarray | None:
+    """(2, bins): ``info``'s measured dispersion of its bin ends' split for the set of group ``columns`` (NaN
+    where not measured); the largest measured for any set where that one is not stored; None where the column
+    has no measurements (:func:`densitas.aqp.build.end_dispersion`).
+
+    Examples
+    --------
+    >>> info = ColumnInfo("x", "INTEGER", "int", 1.0, end_dispersion={'["a"]': [[0.5], [None]],
+    ...                                                                '["b"]': [[2.0], [1.0]]})
+    >>> stored_dispersion(info, ["a"]).tolist(), stored_dispersion(info, ["a", "b"]).tolist()
+    ([[0.5], [nan]], [[2.0], [1.0]])
+    """
+    stored = info.end_dispersion
+    if not stored:
+        return None
+    key = subset_key(columns)
+    chosen = [stored[key]] if key in stored else list(stored.values())
+    return np.fmax.reduce(np.array([np.array(v, dtype=np.float64) for v in chosen]), axis=0)  # NaN: none
 
 
 def to_number(info: ColumnInfo, value: object, where: str) -> float:

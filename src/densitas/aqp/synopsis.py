@@ -53,7 +53,7 @@ import numpy as np
 import pandas as pd
 from scipy.special import ndtr, ndtri
 
-from densitas.aqp.columns import ColumnInfo, to_number
+from densitas.aqp.columns import ColumnInfo, stored_dispersion, to_number
 from densitas.aqp.connector import Connector
 from densitas.aqp.estimator import FEW_GROUPS, Auxiliaries, regression_totals, scratch
 from densitas.aqp.sql import Condition, Query
@@ -466,6 +466,7 @@ class Synopsis:
         self._cell_indexes: dict[int, np.ndarray] = {}
         self._bin_sum_cache: dict[int, np.ndarray] = {}
         self._dispersion_cache: dict[int, float] = {}
+        self._bin_mean_cache: dict[tuple, np.ndarray] = {}
         self._sum_start_cache: dict[int, np.ndarray] = {}
         self._cell_count_cache: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._sum_ratio_cache: dict[tuple, np.ndarray] = {}
@@ -1523,15 +1524,13 @@ class Synopsis:
             return []
         lower, upper, point = self._spread(u)
         v, gi = rows.vals(u), rows.gid
-        order, sorted_bins = self._sorted_by_bin(u)
         sums = self._bin_sums(u)
         out = []
         for b in cut:
             lo, width = lower[b - 1], upper[b - 1] - lower[b - 1]
             if point[b - 1] or not width > 0:
                 continue
-            first, last = np.searchsorted(sorted_bins, [b, b + 1])  # the bin's sample rows
-            at = rows.position(order[first:last])
+            at = rows.position(self._bin_rows(u, b))  # the bin's sample rows
             n_b = self.fine[u][:, b]
             position = (v[at] - lo) / width - 0.5
             # positions that are round-off (every sample row of the bin at its middle, say) are 0: a term of
@@ -1685,18 +1684,12 @@ class Synopsis:
         if len(self.N) == 1 or grouping is None:
             return out
         for u in S:
-            parts, stored = ends.get(u), self.infos[u].end_dispersion
-            if parts is None or parts.end_cut is None or not parts.end_cut.any() or not stored:
+            parts, info = ends.get(u), self.infos[u]
+            if parts is None or parts.end_cut is None or not parts.end_cut.any() or not info.end_dispersion:
                 continue
-            key = json.dumps(sorted(grouping))
-            chosen = [stored[key]] if key in stored else list(stored.values()) if grouping else []
-            if not chosen:  # no grouping: the groups' rows at each end add up to the table's
-                d = np.zeros((2, len(parts.end_cut)))
-            else:
-                d = np.fmax.reduce(np.array([np.array(v, dtype=np.float64) for v in chosen]), axis=0)  # NaN: none
-            full = stored.get(json.dumps(sorted(self.group_by)))  # among all the groups
-            full = np.fmax.reduce(np.array([np.array(v, dtype=np.float64) for v in stored.values()]), axis=0) \
-                if full is None else np.array(full, dtype=np.float64)
+            # no grouping: the groups' rows at each end add up to the table's
+            d = stored_dispersion(info, grouping) if grouping else np.zeros((2, len(parts.end_cut)))
+            full = stored_dispersion(info, self.group_by)  # among all the groups
             out[u] = np.where(parts.end_cut[None, None, :], np.stack([d, full]), np.nan)
         return out
 
@@ -1711,14 +1704,14 @@ class Synopsis:
         cut = np.isfinite(disp).any(axis=0)
         if alone:
             return np.broadcast_to(cut, (G, len(cut))).copy()
-        b = self._sample_bins()[:, u]
-        v = self.s_vals[:, u]
         ok = np.broadcast_to(cut, (G, len(cut))).copy()
-        for side, (value, inside) in enumerate(((parts.vmin, parts.in_lo), (parts.vmax, parts.in_hi))):
-            needed = cut & (inside != parts.inner) & np.isfinite(disp[side])
-            at = (b > 0) & needed[np.maximum(b - 1, 0)] & (v == value[np.maximum(b - 1, 0)])
-            seen = np.bincount(self.s_gid[at] * len(cut) + (b[at] - 1), minlength=G * len(cut)).reshape(G, len(cut))
-            ok &= ~needed[None, :] | (seen >= SEEN_SIDE)
+        for b in np.flatnonzero(cut):  # the cut bins' sample rows only
+            idx = self._bin_rows(u, b + 1)
+            v = self.s_vals[idx, u]
+            for side, (value, inside) in enumerate(((parts.vmin, parts.in_lo), (parts.vmax, parts.in_hi))):
+                if inside[b] != parts.inner[b] and np.isfinite(disp[side, b]):  # this end is cut
+                    seen = np.bincount(self.s_gid[idx[v == value[b]]], minlength=G)
+                    ok[:, b] &= seen >= SEEN_SIDE
         return ok
 
     def _end_splits(self, phis: dict, ends: dict, keys: list, count: np.ndarray,
@@ -1761,19 +1754,32 @@ class Synopsis:
 
     def _bin_means(self, u: int, b: int, keys: list) -> np.ndarray:
         """(G, K): per group, each key's mean value (before the box) among its sample rows in fine bin ``b`` of
-        ``u``, or among all its sample rows where fewer than :data:`SEEN_SIDE` lie there; 1 for a row count."""
+        ``u``, or among all its sample rows where fewer than :data:`SEEN_SIDE` lie there; 1 for a row count. Cached
+        per column, bin and keys (the placement's centring and the split's term of one query both ask)."""
+        ck = (u, b, tuple(keys))
+        got = self._bin_mean_cache.get(ck)
+        if got is not None:
+            return got
         G, K = len(self.N), len(keys)
-        overall = self._moments(tuple(keys), first=True) / np.maximum(self.n, 1)[:, None]
+        got = self._moments(tuple(keys), first=True) / np.maximum(self.n, 1)[:, None]
+        idx = self._bin_rows(u, b)
+        if len(idx):
+            gid = self.s_gid[idx]
+            yb = self._sample_values(keys, self.s_vals[idx])
+            m = np.bincount(gid, minlength=G).astype(np.float64)
+            own = np.stack([np.bincount(gid, yb[:, t], minlength=G) for t in range(K)], axis=1) \
+                / np.maximum(m, 1)[:, None]
+            got = np.where((m >= SEEN_SIDE)[:, None], own, got)
+        if len(self._bin_mean_cache) >= 256:  # stay bounded
+            self._bin_mean_cache.pop(next(iter(self._bin_mean_cache)))
+        self._bin_mean_cache[ck] = got
+        return got
+
+    def _bin_rows(self, u: int, b: int) -> np.ndarray:
+        """The positions of the sample rows in fine bin ``b`` of ``u``."""
         order, sorted_bins = self._sorted_by_bin(u)
         lo, hi = np.searchsorted(sorted_bins, [b, b + 1], side="left")
-        idx = order[lo:hi]
-        if not len(idx):
-            return overall
-        gid = self.s_gid[idx]
-        yb = self._sample_values(keys, self.s_vals[idx])
-        m = np.bincount(gid, minlength=G).astype(np.float64)
-        own = np.stack([np.bincount(gid, yb[:, t], minlength=G) for t in range(K)], axis=1) / np.maximum(m, 1)[:, None]
-        return np.where((m >= SEEN_SIDE)[:, None], own, overall)
+        return order[lo:hi]
 
     def _placement_moments(self, parts: dict[int, np.ndarray], keys: list,
                            split: dict[int, np.ndarray] | None = None) -> np.ndarray:
@@ -1791,7 +1797,6 @@ class Synopsis:
             return out
         overall = self._moments(tuple(keys)) / np.maximum(self.n, 1)[:, None, None]
         for u, rel in parts.items():
-            order, sorted_bins = self._sorted_by_bin(u)
             of_bin = np.array([kind == "n" or j == u for kind, j in keys])
             values = np.array([kind in SUM_KINDS and j == u for kind, j in keys])
             values = values[:, None] & values[None, :]  # (K, K): entries of u's own values
@@ -1806,8 +1811,7 @@ class Synopsis:
                 spread = (upper[b - 1] - lower[b - 1]) ** 2 / 12 if b > 0 else 0.0
                 fallback = np.where(of_bin[:, None] & of_bin[None, :],
                                     at_mean[:, :, None] * at_mean[:, None, :] + spread * values, overall)
-                lo, hi = np.searchsorted(sorted_bins, [b, b + 1], side="left")
-                idx = order[lo:hi]
+                idx = self._bin_rows(u, b)
                 own = np.zeros((G, K, K))
                 m = np.zeros(G)
                 if len(idx):
