@@ -997,6 +997,9 @@ def merge_occupied(parts: Sequence[pd.DataFrame]) -> pd.DataFrame:
     >>> b = pd.DataFrame({"col": [0], "bin": [1], "vmin": [2.0], "vmax": [7.0], "nmin": [4], "nmax": [5]})
     >>> merge_occupied([a, b])[["vmin", "vmax", "nmin", "nmax"]].values.tolist()
     [[2.0, 9.0, 7.0, 1.0]]
+    >>> a, b = a.assign(gid=0, n=10), b.assign(gid=1, n=12)       # per group: each group's rows at the ends
+    >>> merge_occupied([a, b])[["gid", "vmax", "nmin", "nmax", "n"]].values.tolist()
+    [[0.0, 9.0, 3.0, 1.0, 10.0], [1.0, 9.0, 4.0, 0.0, 12.0]]
     """
     occ = pd.concat(parts, ignore_index=True)
     occ = occ.loc[occ["vmin"].notna()]

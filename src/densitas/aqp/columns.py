@@ -49,7 +49,15 @@ def is_categorical(sql_type: str) -> bool:
 
 @dataclass
 class ColumnInfo:
-    """A synopsis column: its kind, the numeric line it lives on and its bins."""
+    """A synopsis column: its kind, the numeric line it lives on and its bins (each bin's occupied range and the
+    table's rows at its ends; with groups, how those rows are split among them: ``end_dispersion``).
+
+    Examples
+    --------
+    >>> info = ColumnInfo("x", "INTEGER", "int", 1.0, lo=0.0, hi=9.0, edges=np.array([0.0, 5.0]))
+    >>> info.bins, info.uppers().tolist(), info.end_dispersion
+    (2, [5.0, 10.0], {})
+    """
 
     name: str
     sql_type: str
