@@ -20,10 +20,15 @@ def _half_width(eng: Engine, sql: str) -> float:
 
 def _parts(eng: Engine, sql: str, monkeypatch) -> tuple[float, float, float]:
     """The half-widths of the interval as built, of the placement terms alone (the rows' places within the cut
-    bins, and the split of a cut end's rows among the groups) and of the residuals alone."""
+    bins, and the split of a cut end's rows among the groups) and of the residuals alone (with what the fit's
+    dropped directions add, which stays in both)."""
     both = _half_width(eng, sql)
     with monkeypatch.context() as m:
         m.setattr(GroupTotals, "residual_variance", lambda self, gids, ss, ks: np.zeros(len(gids)))
+        # nor what a direction the fit left out would add (DENSITAS_SEED=2008414378: one at x < 0.0135), which is
+        # neither the placement's nor the residuals' term
+        m.setattr(GroupTotals, "extrapolation_noise", lambda self, gids, W: np.zeros(len(gids)))
+        m.setattr(GroupTotals, "extrapolation_variance", lambda self, gids, W: np.zeros(len(gids)))
         placement = _half_width(eng, sql)
     with monkeypatch.context() as m:
         m.setattr(syn_mod.Synopsis, "_placement",
@@ -48,13 +53,25 @@ def _engine(rng, sample_size: int, max_bins: int) -> Engine:
 
 def test_a_cut_bin_the_sample_sees_adds_no_placement_variance(rng, monkeypatch):
     # ~90 sample rows per fine bin (>= SEEN_ROWS, and cuts inside the bins with rows on both sides): the residuals
-    # hold the cut bins' error, the model's term is out
+    # hold the cut bins' error, the model's term is out. Each cut bin needs SEEN_SIDE sample rows inside the whole
+    # box, so the other column keeps most rows: x < 0.0123 with y > 0.1 left a cut y bin one sampled row inside
+    # (DENSITAS_SEED=2008414378), y > 0.1 with x < 0.777 an x bin four (DENSITAS_SEED=5), and the model's term
+    # rightly counted there. Both bounds in the middle of a full bin: y > -1.0 kept two sampled rows of its bin out
+    # (DENSITAS_SEED=104), the middle of y's bin at -1.0 held 26 sampled rows (DENSITAS_SEED=201)
     eng = _engine(rng, 6000, 64)
-    edges = eng._load("t").infos[0].edges
-    for near in (0.0123, 0.3, 0.777):  # cut x's bin there in its middle, and y's near its centre
-        i = int(np.searchsorted(edges, near)) - 1
-        cut = (edges[i] + edges[i + 1]) / 2
-        sql = f"SELECT COUNT(*) AS n FROM t WHERE x < {cut} AND y > 0.1"
+    table = eng.con.fetch_numpy("SELECT x, y FROM t")
+
+    def middle(column, lo, hi):  # of the bin between lo and hi holding the most rows (their widths vary 100-fold)
+        edges = np.asarray(eng._load("t").infos[["x", "y"].index(column)].edges)
+        inner = [i for i in range(len(edges) - 1) if lo <= edges[i] and edges[i + 1] <= hi]
+        rows = [np.count_nonzero((table[column] >= edges[i]) & (table[column] < edges[i + 1])) for i in inner]
+        best = inner[int(np.argmax(rows))]
+        return (edges[best] + edges[best + 1]) / 2
+
+    y_cut = middle("y", -1.3, -0.7)  # y keeps about 84% of the rows
+    for lo, hi in ((0.2, 0.4), (0.45, 0.6), (0.7, 0.85)):  # x keeps 2/3 of the rows or more
+        cut = middle("x", lo, hi)
+        sql = f"SELECT COUNT(*) AS n FROM t WHERE x < {cut} AND y > {y_cut}"
         both, placement, residual = _parts(eng, sql, monkeypatch)
         assert 0 <= placement <= 1e-6 * residual, cut  # (round-off)
         assert both == pytest.approx(residual, rel=1e-9), cut
