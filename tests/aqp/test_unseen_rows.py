@@ -37,7 +37,7 @@ def test_a_groups_unsampled_rows_in_a_cut_cell_count_in_its_interval(rng):
     # its glitch days, and its sample (about 200 of 4,380 rows) holds none of those: the model takes their years
     # from the cell and the other states' rows of the bin, with no sample row to correct it or show its error.
     # The fit reproduced the group's exact totals with no residual: intervals of ±0.0004 years around answers a
-    # few glitch days off (coverage 33-50% of those states before; births' UT, NE, WV).
+    # few glitch days off (births' UT, NE, WV).
     df = _births_like(rng)
     con = duckdb.connect()
     con.register("df", df)
@@ -59,7 +59,8 @@ def test_a_groups_unsampled_rows_in_a_cut_cell_count_in_its_interval(rng):
     glitchy = [f"s{g:02d}" for g in range(GROUPS) if g % 5 in (2, 3)]
     got, truth, dropped = got.loc[glitchy], truth[glitchy], dropped[glitchy]
     assert dropped.between(2, 5).all(), dropped
-    # 95% intervals over 12 states: at least 9 (all 12 in 10 seeds of 12; 4-6 before the term)
+    # 95% intervals over 12 states: at least 9 (all 12 in seeds 1-10; 1-9 before the term, which passed at 2 of
+    # 40 seeds, DENSITAS_SEED=10 and 35: the test does not tell N_gb from N_gb², whose glitch bins hold 2-5 rows)
     covered = (got.v_ci_low <= truth) & (truth <= got.v_ci_high)
     assert covered.sum() >= 9, got[~covered].assign(truth=truth[~covered], dropped=dropped[~covered])
     # and not many times wider than the worst the dropped rows can do, each moving the answer by the whole span of

@@ -1052,7 +1052,7 @@ class Synopsis:
         place = self._placement_moments(parts, keys, split) * scale[:, None, None]
         quadratic = np.stack([totals.residual_scatter, place], axis=1)  # (G, 2, K, K)
         splits = self._end_splits(phis, ends, keys, count, dispersion, split)
-        unseen = self._unseen_values(S, phis, keys, count)  # (G, K, K): values of rows no sample row stands for
+        unseen = self._unseen_values(S, phis, keys, count)  # (G, K, K) or None: rows no sample row stands for
         K = len(keys)
 
         def var_fn(gids, ks, ws):
@@ -1276,16 +1276,17 @@ class Synopsis:
 
         Such a bin's rows add ``N_gb² · E[e eᵀ]`` (``e`` a row's keys' values less the model's means for its
         group and bin; ``N_gb²``, not ``N_gb``: the few rows of a group the sample missed in one bin are alike,
-        the glitch days of a state falling in the same years) weighed by ``(φ_gb − φ̄_gc)²``, the bin's share of
+        the glitch days of a state falling in the same years) weighted by ``(φ_gb − φ̄_gc)²``, the bin's share of
         the box less its cell's mean share (the cell's total is exact, so only how the box divides a cell moves
         its bins' errors into the answer), times the group's keep fraction on the other predicate columns
-        squared. ``E[e eᵀ]`` is the whole sample's over its rows in the bin (each weighted by ``N/n``; in the
-        bin's run of :data:`POOLED_RUN_ROWS` rows where fewer than :data:`SEEN_SIDE` lie in it), or the group's
-        own over its sample rows where that is larger (trace): the unseen rows are taken to be like the other
-        groups' rows of the bin, or like the group's own elsewhere. A data-estimated model-error term for rows no
-        design variance covers; rows unlike both still fall outside (births' KS: six days, all in 1970, 8.5
-        years from the model's mean, z 3.2). The keys of a row count or of the predicate columns' own values
-        take their bins' exact counts and sums, and add nothing."""
+        squared (one average per group: off where the other predicates keep the bin's rows unevenly; keys
+        carried by different columns' sum grids take no covariance). ``E[e eᵀ]`` is the whole sample's over its
+        rows in the bin (each weighted by ``N/n``; in the bin's run of :data:`POOLED_RUN_ROWS` rows where fewer
+        than :data:`SEEN_SIDE` lie in it), or the group's own over its sample rows where that is larger (trace):
+        the unseen rows are taken to be like the other groups' rows of the bin, or like the group's own
+        elsewhere. A data-estimated model-error term for rows no design variance covers; rows unlike both still
+        fall outside (births' KS: six days, all in 1970, 8.5 years from the model's mean, z 3.2). The keys of a
+        row count or of the predicate columns' own values take their bins' exact counts and sums, and add nothing."""
         G, K = len(self.N), len(keys)
         out = np.zeros((G, K, K))
         by_column: dict[int, list[int]] = {}
@@ -1303,18 +1304,20 @@ class Synopsis:
             with np.errstate(invalid="ignore", divide="ignore"):
                 mean_share = np.where(held > 0, kept / np.where(held > 0, held, 1.0), 0.0)[:, cell]
                 other = np.where(inside > 0, count / np.where(inside > 0, inside, 1.0), 0.0)
-            missing, moments = self._unseen_moments(u, tuple(keys[t] for t in ts))
+            missing, of_bin, of_group, larger = self._unseen_moments(u, tuple(keys[t] for t in ts))
             weight = (ph - mean_share) ** 2 * w ** 2 * missing * (other ** 2)[:, None]  # (G, B_u + 1)
             if not weight.any():
                 continue
-            block = np.einsum("gb,gbkl->gkl", weight, moments)
+            block = np.einsum("g,gkl->gkl", (weight * larger).sum(axis=1), of_group) \
+                + np.einsum("gb,bkl->gkl", weight * ~larger, of_bin)
             out[np.ix_(np.arange(G), ts, ts)] += block
         return out if out.any() else None
 
-    def _unseen_moments(self, u: int, keys: tuple) -> tuple[np.ndarray, np.ndarray]:
-        """(G, B_u + 1) and (G, B_u + 1, K, K): 1 where a group has rows in a fine bin of ``u`` and its sample none
-        (not the NULL bin), and per group and bin the ``E[e eᵀ]`` of :meth:`_unseen_values`. Cached per column and
-        keys."""
+    def _unseen_moments(self, u: int, keys: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """For :meth:`_unseen_values`: (G, B_u + 1), 1 where a group has rows in a fine bin of ``u`` and its sample
+        none (not the NULL bin, nor a group sampled whole); (B_u + 1, K, K), each bin's ``E[e eᵀ]`` over the whole
+        sample; (G, K, K), each group's over its own rows; (G, B_u + 1), where the group's is the larger (trace).
+        Cached per column and keys (none of it depends on the query)."""
         got = self._unseen_cache.get((u, keys))
         if got is not None:
             return got
@@ -1334,9 +1337,9 @@ class Synopsis:
         of_bin = np.where((rows >= SEEN_SIDE)[:, None, None], moments[0], moments[1][run])  # (B1, K, K)
         of_group = _weighted_moments(self.s_gid, np.ones(len(b)), e, G)  # (G, K, K): the group's own rows
         larger = np.trace(of_group, axis1=1, axis2=2)[:, None] > np.trace(of_bin, axis1=1, axis2=2)[None, :]
-        got = (missing, np.where(larger[:, :, None, None], of_group[:, None], of_bin[None]))  # (G, B1, K, K)
+        got = (missing, of_bin, of_group, larger)
         if len(self._unseen_cache) >= 64:  # stay bounded
-            self._unseen_cache.pop(next(iter(self._unseen_cache)))
+            self._unseen_cache.pop(next(iter(self._unseen_cache)), None)
         self._unseen_cache[(u, keys)] = got
         return got
 
