@@ -402,6 +402,23 @@ def _runs(rows: np.ndarray, least: int) -> np.ndarray:
     return run
 
 
+def _product_sums(at: np.ndarray, y: np.ndarray, size: int, weight: np.ndarray | None = None) -> np.ndarray:
+    """(size, K, K): per slot, the (``weight``-ed) sum of ``y yᵀ`` over the rows ``at`` puts there.
+
+    Examples
+    --------
+    >>> _product_sums(np.array([0, 0, 1]), np.array([[2.0, 1.0], [1.0, 0.0], [3.0, 1.0]]), 2)[0].tolist()
+    [[5.0, 2.0], [2.0, 1.0]]
+    """
+    K = y.shape[1]
+    out = np.zeros((size, K, K))
+    for k in range(K):
+        for k2 in range(k, K):
+            w = y[:, k] * y[:, k2] if weight is None else weight * y[:, k] * y[:, k2]
+            out[:, k, k2] = out[:, k2, k] = np.bincount(at, w, minlength=size)
+    return out
+
+
 def _weighted_moments(at: np.ndarray, weight: np.ndarray, e: np.ndarray, size: int) -> np.ndarray:
     """(size, K, K): per slot, the ``weight``-ed mean of ``e eᵀ`` over the rows ``at`` puts there (0 where none).
 
@@ -411,13 +428,8 @@ def _weighted_moments(at: np.ndarray, weight: np.ndarray, e: np.ndarray, size: i
     array([1., 1., 0.])
     """
     den = np.bincount(at, weight, minlength=size)
-    K = e.shape[1]
-    out = np.zeros((size, K, K))
-    for k in range(K):
-        for k2 in range(k, K):
-            num = np.bincount(at, weight * e[:, k] * e[:, k2], minlength=size)
-            out[:, k, k2] = out[:, k2, k] = np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)
-    return out
+    sums = _product_sums(at, e, size, weight)
+    return np.where(den[:, None, None] > 0, sums / np.where(den > 0, den, 1.0)[:, None, None], 0.0)
 
 
 def _starts(m: np.ndarray) -> np.ndarray:
@@ -488,7 +500,7 @@ class Synopsis:
         self._sum_start_cache: dict[int, np.ndarray] = {}
         self._cell_count_cache: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._sum_ratio_cache: dict[tuple, np.ndarray] = {}
-        self._unseen_cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self._unseen_cache: dict[tuple, tuple[np.ndarray, ...]] = {}
         self.read_all_rows = False  # the reference computation: every sample row enters every query
         # groups the sample does not hold whole: only there do a cut bin's sampled rows enter by their own place
         # (_end_rows), as a group sampled whole is answered exactly by its rows, and the shares of the ends' rows
@@ -1297,13 +1309,9 @@ class Synopsis:
             return None
         for u, ts in by_column.items():
             ph, w = phis[u], self.fine[u]
-            starts = self._sum_starts(u)
-            cell = np.searchsorted(starts, np.arange(w.shape[1]), side="right") - 1  # each fine bin's cell
-            held, kept = np.add.reduceat(w, starts, axis=1), np.add.reduceat(w * ph, starts, axis=1)
-            inside = kept.sum(axis=1)  # the group's rows u's conditions keep
-            with np.errstate(invalid="ignore", divide="ignore"):
-                mean_share = np.where(held > 0, kept / np.where(held > 0, held, 1.0), 0.0)[:, cell]
-                other = np.where(inside > 0, count / np.where(inside > 0, inside, 1.0), 0.0)
+            mean_share = self._cell_mean(u, ph, self._sum_starts(u))[:, self.sums[u][0]]  # each bin's cell's
+            inside = (w * ph).sum(axis=1)  # the group's rows u's conditions keep
+            other = np.where(inside > 0, count / np.where(inside > 0, inside, 1.0), 0.0)
             missing, of_bin, of_group, larger = self._unseen_moments(u, tuple(keys[t] for t in ts))
             weight = (ph - mean_share) ** 2 * w ** 2 * missing * (other ** 2)[:, None]  # (G, B_u + 1)
             if not weight.any():
@@ -1921,12 +1929,9 @@ class Synopsis:
                 own = np.zeros((G, K, K))
                 m = np.zeros(G)
                 if len(idx):
-                    y = self._sample_values(keys, self.s_vals[idx])
                     gid = self.s_gid[idx]
                     m = np.bincount(gid, minlength=G).astype(np.float64)
-                    for k in range(K):
-                        for k2 in range(k, K):
-                            own[:, k, k2] = own[:, k2, k] = np.bincount(gid, y[:, k] * y[:, k2], minlength=G)
+                    own = _product_sums(gid, self._sample_values(keys, self.s_vals[idx]), G)
                 mean = np.where((m >= SEEN_SIDE)[:, None, None], own / np.maximum(m, 1)[:, None, None], fallback)
                 if split is not None and u in split and b > 0 and split[u][:, b - 1].any():
                     # an end's split among the groups is _end_splits' term: here which of the group's rows are at
@@ -1962,10 +1967,7 @@ class Synopsis:
             if first:
                 got = np.stack([np.bincount(self.s_gid, y[:, k], minlength=G) for k in range(K)], axis=1)
             else:
-                got = np.empty((G, K, K))
-                for k in range(K):
-                    for k2 in range(k, K):
-                        got[:, k, k2] = got[:, k2, k] = np.bincount(self.s_gid, y[:, k] * y[:, k2], minlength=G)
+                got = _product_sums(self.s_gid, y, G)
             if len(self._moment_cache) >= 64:  # key tuples are few in practice; stay bounded regardless
                 self._moment_cache.pop(next(iter(self._moment_cache)))
             self._moment_cache[(keys, first)] = got
