@@ -1065,6 +1065,10 @@ class Synopsis:
         quadratic = np.stack([totals.residual_scatter, place], axis=1)  # (G, 2, K, K)
         splits = self._end_splits(phis, ends, keys, count, dispersion, split)
         unseen = self._unseen_values(S, phis, keys, count)  # (G, K, K) or None: rows no sample row stands for
+        nulls = self._unseen_nulls(S, phis, keys, count, rows)  # (G, K, K) or None: NULLs no sample row shows
+        if nulls is not None:
+            nulls *= totals.expansion[:, None, None]
+            unseen = nulls if unseen is None else unseen + nulls
         K = len(keys)
 
         def var_fn(gids, ks, ws):
@@ -1319,6 +1323,53 @@ class Synopsis:
             block = np.einsum("g,gkl->gkl", (weight * larger).sum(axis=1), of_group) \
                 + np.einsum("gb,bkl->gkl", weight * ~larger, of_bin)
             out[np.ix_(np.arange(G), ts, ts)] += block
+        return out if out.any() else None
+
+    def _unseen_nulls(self, S: list[int], phis: dict, keys: list, count: np.ndarray, rows: _Rows
+                      ) -> np.ndarray | None:
+        """(G, K, K) or None: per unit of a group's expansion ``N²(1 − n/N)/n``, the variance of the keys' totals
+        from the NULLs of a column that is not a predicate, in the groups whose sample holds none of them in the
+        box.
+
+        ``COUNT(y)`` sums a row's non-NULL indicator, which the model takes from each sum grid cell's exact
+        non-NULL share (:meth:`_sum_ratio`); the fit corrects it from the group's sample rows. Where a group's
+        NULLs are rare (31 of 2,271 rows of a box), its sample often holds none of them in the box: every sampled
+        row is non-NULL, the fit takes the share to be 1 (its residuals vanish) and the interval is zero-width
+        around an answer short of every NULL in the box. The residuals' variance is the design's estimate of
+        ``S²``, the rows' own variance, and here it is known better than the sample shows: a row of cell ``c``
+        is NULL with the cell's exact share ``p_gc``, so the indicator's ``S²`` over the box's rows is
+        ``Σ_c N_in,gc · p_gc(1 − p_gc) / N_g`` (``N_in,gc`` the model's rows of the cell in the box). In such a
+        group this ``S²`` is added along the direction a NULL moves the keys (1 for the non-NULL count, the
+        cell's mean value for the column's sums, which a NULL row does not add): the variance the residuals
+        would show had the sample drawn its expected share of NULLs. An AVG, whose sum and count a NULL moves
+        together, gains little. A group whose sample holds some of the box's NULLs keeps its residuals'
+        variance alone."""
+        G, K = len(self.N), len(keys)
+        by_column: dict[int, list[int]] = {}
+        for t, (kind, j) in enumerate(keys):
+            if kind != "n" and j is not None and j not in phis and self.infos[j].nullable:
+                by_column.setdefault(j, []).append(t)
+        out = np.zeros((G, K, K))
+        for j, ts in by_column.items():
+            u = self._value_column(j, S)
+            _, tot = self.sums[u]
+            if ("nn", j) not in tot:
+                continue
+            n_c, nn_c = tot[("n", None)], tot[("nn", j)]
+            with np.errstate(invalid="ignore", divide="ignore"):
+                p = np.where(n_c > 0, (n_c - nn_c) / np.where(n_c > 0, n_c, 1), 0.0)  # (G, C): the NULL share
+                mean = np.where(nn_c > 0, tot[("s", j)] / np.where(nn_c > 0, nn_c, 1), 0.0) if ("s", j) in tot \
+                    else np.zeros_like(p)
+            inside = (self.fine[u] * phis[u]).sum(axis=1)
+            other = np.where(inside > 0, count / np.where(inside > 0, inside, 1.0), 0.0)  # the other predicates
+            in_box = np.add.reduceat(self.fine[u] * phis[u], self._sum_starts(u), axis=1) * other[:, None]
+            seen = np.bincount(rows.gid[rows.inside & np.isnan(rows.vals(j))], minlength=G)
+            weight = in_box * p * (1 - p) * ((seen == 0) / np.maximum(self.N, 1))[:, None]  # (G, C)
+            if not weight.any():
+                continue
+            d = np.stack([np.ones_like(p) if kind == "nn" else mean - self._centre_of((kind, j))
+                          for kind, _ in (keys[t] for t in ts)], axis=2)  # (G, C, k): a NULL's move per key
+            out[np.ix_(np.arange(G), ts, ts)] += np.einsum("gc,gck,gcl->gkl", weight, d, d)
         return out if out.any() else None
 
     def _unseen_moments(self, u: int, keys: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
