@@ -1367,8 +1367,8 @@ class Synopsis:
             n_c, nn_c = tot[("n", None)], tot[("nn", j)]
             with np.errstate(invalid="ignore", divide="ignore"):
                 p = np.where(n_c > 0, (n_c - nn_c) / np.where(n_c > 0, n_c, 1), 0.0)  # (G, C): the NULL share
-                mean = np.where(nn_c > 0, tot[("s", j)] / np.where(nn_c > 0, nn_c, 1), 0.0) if ("s", j) in tot \
-                    else np.zeros_like(p)
+                sums = tot.get(("s", j), np.zeros_like(p))  # (a column counted, never summed, moves only the count)
+                mean = np.where(nn_c > 0, sums / np.where(nn_c > 0, nn_c, 1), 0.0)  # a sum key's move
             inside = (self.fine[u] * phis[u]).sum(axis=1)
             other = np.where(inside > 0, count / np.where(inside > 0, inside, 1.0), 0.0)  # the other predicates
             in_box = np.add.reduceat(self.fine[u] * phis[u], self._sum_starts(u), axis=1) * other[:, None]
@@ -1385,7 +1385,8 @@ class Synopsis:
         """(G, K, K) or None: per unit of a group's expansion ``N²(1 − n/N)/n``, the variance of the keys' totals
         in the groups whose box the model gives rows and none of whose sample rows lies in it.
 
-        There the fit has no residual in the box and the answer is the model's alone, stated exactly: births'
+        There no residual shows the box's rows: the answer is the model's and the other rows' fit, stated with
+        the variance of neither the box's rows nor the model's count of them: births'
         ``AVG(month) … births < 222 GROUP BY state`` gave TX 6.44 ± 0.03 against 2.0 (three glitch rows match;
         the model, spreading TX's lowest births bin by date independently, put 23.5 rows there). Had the sample
         drawn a row of the box, the residuals would have shown its rows' variance; the design's ``S²`` of the
@@ -1395,7 +1396,9 @@ class Synopsis:
         the fit's answer is the sample's) and ``E[y yᵀ]`` the group's sample rows' (each key's value, the
         non-NULL indicator, 1 for the row count; not centred on the box's rows, whose mean is unknown): an AVG
         gains the group's spread about the answer over the model's rows. A group sampled whole, or whose box
-        holds a sample row, adds nothing."""
+        holds a sample row, adds nothing. It is added to the residuals' and placement's variance (a box cutting a
+        bin in such a group takes both), and to :meth:`_unseen_nulls`' for a non-NULL count (a small overlap:
+        ``p(1 − p)`` beside ``count/N``)."""
         G = len(self.N)
         seen = np.bincount(rows.gid[rows.inside], minlength=G)
         empty = (seen == 0) & (count > 0) & (self.n > 0) & (self.n < self.N)
@@ -2122,7 +2125,8 @@ def _reproduced_count(keys: list, aux: list, y: np.ndarray, gid: np.ndarray, n: 
     total, rejected rows included, with no variance (``COUNT(*) WHERE d >= 5 AND c >= 1``: 587 ± 0.000001 against
     576, 587 the rows with ``d = 5``). Had the sample drawn its share of them, the residuals would have shown the
     rows' own variance, ``Σ π(1 − π) / N`` over the group's rows under the model (``π`` the model's prediction
-    for a row, column 0 of the count's design), estimated from the sampled rows as ``Σ_s π(1 − π) / n``; it is
+    for a row, the count's first term after the intercept, ``aux[t].terms[0]``), estimated from the sampled rows
+    as ``Σ_s π(1 − π) / n``; it is
     added to the residuals' (which are then about 0). A group whose sampled rows of uncertain place fall on both
     sides of the box keeps its residuals' variance alone. ``y``: (K, m) each key's target on the rows given.
 
