@@ -1065,17 +1065,20 @@ class Synopsis:
         quadratic = np.stack([totals.residual_scatter, place], axis=1)  # (G, 2, K, K)
         splits = self._end_splits(phis, ends, keys, count, dispersion, split)
         unseen = self._unseen_values(S, phis, keys, count)  # (G, K, K) or None: rows no sample row stands for
-        uncut = np.logical_and.reduce([np.isin(rows.at(np.broadcast_to(phis[u], self.fine[u].shape), u), (0.0, 1.0))
-                                       for u in S])  # rows in no fine bin the box cuts
-        reproduced = _reproduced_count(keys, aux, y, rows.gid, self.n, uncut)  # no variation the model expects
-        if reproduced is not None:
-            reproduced *= totals.expansion[:, None, None]
+        K = len(keys)
+        reproduced = None  # (G, K, K): a count with none of the variation the model expects (_reproduced_count)
+        if ("n", None) in keys:
+            t = keys.index(("n", None))
+            share = [rows.at(np.broadcast_to(phis[u], self.fine[u].shape), u) for u in S]
+            uncut = np.logical_and.reduce([(f == 0.0) | (f == 1.0) for f in share])  # in no bin the box cuts
+            reproduced = _reproduced_count(t, K, aux[t].terms[0], y[t], rows.gid, self.n, uncut)
+            if reproduced is not None:
+                reproduced *= totals.expansion[:, None, None]
         for floor in (self._unseen_nulls(S, phis, keys, count, rows),  # NULLs no sample row in the box shows
                       self._unsampled_box(keys, count, rows)):  # a box none of a group's sample rows lies in
             if floor is not None:  # (G, K, K) per unit of the groups' expansion, as the residuals'
                 floor *= totals.expansion[:, None, None]
                 unseen = floor if unseen is None else unseen + floor
-        K = len(keys)
 
         def var_fn(gids, ks, ws):
             W = np.zeros((len(gids), K))
@@ -1323,8 +1326,7 @@ class Synopsis:
         for u, ts in by_column.items():
             ph, w = phis[u], self.fine[u]
             mean_share = self._cell_mean(u, ph, self._sum_starts(u))[:, self.sums[u][0]]  # each bin's cell's
-            inside = (w * ph).sum(axis=1)  # the group's rows u's conditions keep
-            other = np.where(inside > 0, count / np.where(inside > 0, inside, 1.0), 0.0)
+            _, other = self._kept_rows(u, phis, count)
             missing, of_bin, of_group, larger = self._unseen_moments(u, tuple(keys[t] for t in ts))
             weight = (ph - mean_share) ** 2 * w ** 2 * missing * (other ** 2)[:, None]  # (G, B_u + 1)
             if not weight.any():
@@ -1333,6 +1335,14 @@ class Synopsis:
                 + np.einsum("gb,bkl->gkl", weight * ~larger, of_bin)
             out[np.ix_(np.arange(G), ts, ts)] += block
         return out if out.any() else None
+
+    def _kept_rows(self, u: int, phis: dict, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(G, B_u + 1), the rows per fine bin of ``u`` that ``u``'s conditions keep, and (G,), the share of the
+        group's rows they keep that the other predicates keep too (``count``, the model's rows in the box, over
+        those kept by ``u``; 0 where ``u`` keeps none): one average per group."""
+        kept = self.fine[u] * phis[u]
+        inside = kept.sum(axis=1)
+        return kept, np.where(inside > 0, count / np.where(inside > 0, inside, 1.0), 0.0)
 
     def _unseen_nulls(self, S: list[int], phis: dict, keys: list, count: np.ndarray, rows: _Rows
                       ) -> np.ndarray | None:
@@ -1369,9 +1379,8 @@ class Synopsis:
                 p = np.where(n_c > 0, (n_c - nn_c) / np.where(n_c > 0, n_c, 1), 0.0)  # (G, C): the NULL share
                 sums = tot.get(("s", j), np.zeros_like(p))  # (a column counted, never summed, moves only the count)
                 mean = np.where(nn_c > 0, sums / np.where(nn_c > 0, nn_c, 1), 0.0)  # a sum key's move
-            inside = (self.fine[u] * phis[u]).sum(axis=1)
-            other = np.where(inside > 0, count / np.where(inside > 0, inside, 1.0), 0.0)  # the other predicates
-            in_box = np.add.reduceat(self.fine[u] * phis[u], self._sum_starts(u), axis=1) * other[:, None]
+            kept, other = self._kept_rows(u, phis, count)
+            in_box = np.add.reduceat(kept, self._sum_starts(u), axis=1) * other[:, None]  # (G, C)
             seen = np.bincount(rows.gid[rows.inside & np.isnan(rows.vals(j))], minlength=G)
             weight = in_box * p * (1 - p) * ((seen == 0) / np.maximum(self.N, 1))[:, None]  # (G, C)
             if not weight.any():
@@ -2111,48 +2120,41 @@ def _held_exactly(exact_of: np.ndarray, exact: np.ndarray | float, est: np.ndarr
     return est, var_of, np.where(exact_of, np.inf, support)
 
 
-def _reproduced_count(keys: list, aux: list, y: np.ndarray, gid: np.ndarray, n: np.ndarray,
-                      whole: np.ndarray | bool = True) -> np.ndarray | None:
+def _reproduced_count(t: int, K: int, pi: np.ndarray, target: np.ndarray, gid: np.ndarray, n: np.ndarray,
+                      uncut: np.ndarray | bool = True) -> np.ndarray | None:
     """(G, K, K) or None: per unit of a group's expansion ``N²(1 − n/N)/n``, the variance of the row count's
-    total (key ``("n", None)``) in the groups whose sampled rows the model gives a probability ``π`` strictly
-    between 0 and 1 of lying in the box, though they lie in fine bins the box keeps or drops whole on every
-    predicate column (``whole``, (m,)), all lie in it, or all outside it. Rows of a cut bin are the placement
-    term's (:meth:`Synopsis._placement`).
+    total (key ``t`` of ``K``) in the groups whose sampled rows the model gives a probability ``π`` (``pi``,
+    (m,): the count's first term after the intercept) strictly between 0 and 1 of lying in the box, though they
+    lie in fine bins the box keeps or drops whole on every predicate column (``uncut``, (m,)), all lie in it or
+    all outside it (``target``, (m,): the count's 0/1 target). Rows of a cut bin are the placement term's
+    (:meth:`Synopsis._placement`).
 
     Where the rows one predicate rejects among those another keeps are rare, a group's sample may hold none of
     them: every sampled row of a cell is in the box, a term that ignores that predicate (another column's
     prediction, a pair grid's cells) fits the count with no residual, and the answer takes that term's exact
     total, rejected rows included, with no variance (``COUNT(*) WHERE d >= 5 AND c >= 1``: 587 ± 0.000001 against
     576, 587 the rows with ``d = 5``). Had the sample drawn its share of them, the residuals would have shown the
-    rows' own variance, ``Σ π(1 − π) / N`` over the group's rows under the model (``π`` the model's prediction
-    for a row, the count's first term after the intercept, ``aux[t].terms[0]``), estimated from the sampled rows
-    as ``Σ_s π(1 − π) / n``; it is
-    added to the residuals' (which are then about 0). A group whose sampled rows of uncertain place fall on both
-    sides of the box keeps its residuals' variance alone. ``y``: (K, m) each key's target on the rows given.
+    rows' own variance, ``Σ π(1 − π) / N`` over the group's rows under the model, estimated from the sampled rows
+    as ``Σ_s π(1 − π) / n``; it is added to the residuals' (which are then about 0). A group whose sampled rows of
+    uncertain place fall on both sides of the box keeps its residuals' variance alone.
 
     Examples
     --------
-    >>> from densitas.aqp.estimator import Auxiliaries
-    >>> aux = [Auxiliaries(np.array([[0.5], [0.9], [0.9], [0.9]]), np.zeros((2, 1)))]
-    >>> y = np.array([[1.0, 1.0, 1.0, 0.0]])                    # group 0's rows all in, group 1's on both sides
-    >>> out = _reproduced_count([("n", None)], aux, y, np.array([0, 0, 1, 1]), np.array([4.0, 4.0]))
+    >>> pi, target = np.array([0.5, 0.9, 0.9, 0.9]), np.array([1.0, 1.0, 1.0, 0.0])  # group 1 on both sides
+    >>> out = _reproduced_count(0, 1, pi, target, np.array([0, 0, 1, 1]), np.array([4.0, 4.0]))
     >>> out[:, 0, 0].round(4).tolist()                          # (0.25 + 0.09) / 4; none
     [0.085, 0.0]
     """
-    G, K = len(n), len(keys)
-    out = None
-    for t, key in enumerate(keys):
-        if key != ("n", None):
-            continue
-        pi = aux[t].terms[0]
-        uncertain = (pi > 0) & (pi < 1) & whole  # the joint's doubt, not a cut bin's
-        inside = y[t] > 0.5
-        both = (np.bincount(gid, uncertain & inside, minlength=G) > 0) \
-            & (np.bincount(gid, uncertain & ~inside, minlength=G) > 0)
-        expected = np.bincount(gid, np.where(uncertain, pi * (1.0 - pi), 0.0), minlength=G)  # Σ_s π(1 − π)
-        if (~both & (expected > 0)).any():
-            out = np.zeros((G, K, K)) if out is None else out
-            out[:, t, t] = np.where(both, 0.0, expected / np.maximum(n, 1))
+    G = len(n)
+    uncertain = (pi > 0) & (pi < 1) & uncut  # the joint's doubt, not a cut bin's
+    inside = target > 0.5
+    both = (np.bincount(gid, uncertain & inside, minlength=G) > 0) \
+        & (np.bincount(gid, uncertain & ~inside, minlength=G) > 0)
+    expected = np.bincount(gid, np.where(uncertain, pi * (1.0 - pi), 0.0), minlength=G)  # Σ_s π(1 − π)
+    if not (~both & (expected > 0)).any():
+        return None
+    out = np.zeros((G, K, K))
+    out[:, t, t] = np.where(both, 0.0, expected / np.maximum(n, 1))
     return out
 
 
