@@ -34,6 +34,25 @@ def mem_engine():
     con.close()
 
 
+@pytest.fixture
+def frame_engine():
+    """``frame_engine(df)``: an :class:`Engine` over an in-memory DuckDB database holding the DataFrame ``df`` as
+    table ``t`` (its connection closed after the test)."""
+    cons = []
+
+    def load(df):
+        con = duckdb.connect()
+        cons.append(con)
+        con.register("frame", df)
+        con.execute("CREATE TABLE t AS SELECT * FROM frame")
+        con.unregister("frame")
+        return Engine(con)
+
+    yield load
+    for con in cons:
+        con.close()
+
+
 @pytest.fixture(scope="session")
 def pg_server():
     """A real PostgreSQL server in a temporary directory for the whole session (one per xdist worker).

@@ -3,11 +3,8 @@ its interval keeps the variance of the rows the sample did not draw (``synopsis.
 
 from __future__ import annotations
 
-import duckdb
 import numpy as np
 import pandas as pd
-
-from densitas.aqp import Engine
 
 GROUPS = 20
 ROWS = 30_000
@@ -21,15 +18,12 @@ def _rare_rejects(rng) -> pd.DataFrame:
                          "d": np.where(rng.random(n) < 0.02, 5, rng.integers(0, 5, n))})
 
 
-def test_a_count_reproduced_on_every_sampled_row_keeps_its_variance(rng):
+def test_a_count_reproduced_on_every_sampled_row_keeps_its_variance(rng, frame_engine):
     # Of a group's ~600 rows with d = 5, about 6 have c = 0, and its sample (about 20 of them) mostly holds none:
     # every sampled row with d = 5 is in the box, a term ignoring c fitted the count exactly, and the answer was
     # the rows with d = 5 inside ±0.000001 (the truth about 6 rows fewer).
     df = _rare_rejects(rng)
-    con = duckdb.connect()
-    con.register("df", df)
-    con.execute("CREATE TABLE t AS SELECT * FROM df")
-    eng = Engine(con)
+    eng = frame_engine(df)
     eng.build("t", columns=["c", "d"], group_by=["g"], budget_bytes=60_000, seed=int(rng.integers(2**31)))
     got = eng.query("SELECT g, COUNT(*) AS v FROM t WHERE d >= 5 AND c >= 1 GROUP BY g ORDER BY g").set_index("g")
     box = df[df.d >= 5]
@@ -51,4 +45,3 @@ def test_a_count_reproduced_on_every_sampled_row_keeps_its_variance(rng):
     half = ((got.v_ci_high - got.v_ci_low) / 2)[unseen]
     assert (half <= bound).all(), pd.DataFrame({"half": half, "bound": bound})[half > bound]
     assert (half >= bound / 30).all(), pd.DataFrame({"half": half, "bound": bound})[half < bound / 30]
-    con.close()

@@ -3,11 +3,8 @@
 
 from __future__ import annotations
 
-import duckdb
 import numpy as np
 import pandas as pd
-
-from densitas.aqp import Engine
 
 GROUPS = 20
 ROWS = 15_000
@@ -25,16 +22,13 @@ def _rare_nulls(rng) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def test_a_groups_unsampled_nulls_count_in_its_interval(rng):
+def test_a_groups_unsampled_nulls_count_in_its_interval(rng, frame_engine):
     # The box keeps x's top sum grid cells whole and cuts one at a fine bin's edge: COUNT(*) is exact per group,
     # COUNT(y) short of the box's NULLs. A group whose sample rows in the box are all non-NULL had the fit take
     # y's non-NULL share as 1: no residual, an interval of ±0.5 around an answer 1-72 rows high (4 to 13 of the
     # 20 groups missed at DENSITAS_SEED=1-12).
     df = _rare_nulls(rng)
-    con = duckdb.connect()
-    con.register("df", df)
-    con.execute("CREATE TABLE t AS SELECT * FROM df")
-    eng = Engine(con)
+    eng = frame_engine(df)
     eng.build("t", columns=["x", "y"], group_by=["g"], budget_bytes=60_000, seed=int(rng.integers(2**31)))
     syn = eng._load("t")
     u = syn.index["x"]
@@ -66,4 +60,3 @@ def test_a_groups_unsampled_nulls_count_in_its_interval(rng):
     half = ((got.v_ci_high - got.v_ci_low) / 2)[unseen]
     ratio = half / (1.96 * np.sqrt(N / n * (1 - n / N) * nulls[unseen]))
     assert ratio.between(0.4, 2.2).all(), ratio
-    con.close()

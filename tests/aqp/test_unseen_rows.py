@@ -3,11 +3,8 @@
 
 from __future__ import annotations
 
-import duckdb
 import numpy as np
 import pandas as pd
-
-from densitas.aqp import Engine
 
 YEARS = 12
 GROUPS = 30
@@ -31,7 +28,7 @@ def _births_like(rng) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def test_a_groups_unsampled_rows_in_a_cut_cell_count_in_its_interval(rng):
+def test_a_groups_unsampled_rows_in_a_cut_cell_count_in_its_interval(rng, frame_engine):
     # The box drops the lowest fine bins of births whole (the counts are exact) and keeps the rest of their sum
     # grid cell, whose year totals hold the glitch days. A state of 30-35 births a day has rows in that cell besides
     # its glitch days, and its sample (about 200 of 4,380 rows) holds none of those: the model takes their years
@@ -39,10 +36,7 @@ def test_a_groups_unsampled_rows_in_a_cut_cell_count_in_its_interval(rng):
     # The fit reproduced the group's exact totals with no residual: intervals of ±0.0004 years around answers a
     # few glitch days off (births' UT, NE, WV).
     df = _births_like(rng)
-    con = duckdb.connect()
-    con.register("df", df)
-    con.execute("CREATE TABLE t AS SELECT * FROM df")
-    eng = Engine(con)
+    eng = frame_engine(df)
     eng.build("t", columns=["births", "year", "month", "day"], group_by=["state"], budget_bytes=60_000)
     syn = eng._load("t")
     u = syn.index["births"]
@@ -70,4 +64,3 @@ def test_a_groups_unsampled_rows_in_a_cut_cell_count_in_its_interval(rng):
     worst = dropped * (YEARS - 1) / df.groupby("state").size()[glitchy]
     wide = half > 5 * worst
     assert not wide.any(), pd.DataFrame({"half": half, "worst": worst})[wide]
-    eng.con.close()
