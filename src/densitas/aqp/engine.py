@@ -67,12 +67,14 @@ def size_note(meta: dict, options: build_mod.BuildOptions) -> str | None:
     return head + f"the table is small and every synopsis gets at least min_budget_bytes = {budget:,} bytes"
 
 
-def within_bounds(val: np.ndarray, low: np.ndarray, high: np.ndarray, lo: float, hi: float
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """An estimate and its interval projected onto ``[lo, hi]``, where the true value surely lies (an AVG of the
-    values in a box lies in the box). Neither moves away from the truth: the estimate's error can only shrink,
-    and the interval loses only values that cannot be the truth, so it keeps its coverage. An interval wholly
-    outside (the estimator sure of a value that cannot be) becomes ``[lo, hi]``.
+def within_bounds(val: np.ndarray, low: np.ndarray, high: np.ndarray, lo: np.ndarray | float,
+                  hi: np.ndarray | float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """An estimate and its interval projected onto ``[lo, hi]`` (one pair, or one per answer), where the true value
+    surely lies: an AVG of the values in a box lies in the box, a SUM of values in ``[a, b]`` over at most ``N``
+    rows in ``[min(0, N·a), max(0, N·b)]``. Neither moves away from the truth: the estimate's error can only
+    shrink, and the interval loses only values that cannot be the truth, so it keeps its coverage. An interval
+    wholly outside (the estimator sure of a value that cannot be) becomes ``[lo, hi]``. Where no bound is known
+    (``lo`` or ``hi`` NaN, or ``lo > hi``) nothing moves.
 
     Examples
     --------
@@ -80,15 +82,21 @@ def within_bounds(val: np.ndarray, low: np.ndarray, high: np.ndarray, lo: float,
     ...                           np.array([1e19, 1150.0, 1410.0]), 998.0, 1341.0)
     >>> v.tolist(), lo.tolist(), hi.tolist()
     ([1341.0, 1100.0, 1341.0], [998.0, 1050.0, 998.0], [1341.0, 1150.0, 1341.0])
+    >>> v, lo, hi = within_bounds(np.array([-5.0, 3.0]), np.array([-9.0, -1.0]), np.array([-2.0, 8.0]),
+    ...                           np.array([0.0, 0.0]), np.array([40.0, np.nan]))
+    >>> v.tolist(), lo.tolist(), hi.tolist()
+    ([0.0, 3.0], [0.0, -1.0], [40.0, 8.0])
     """
-    if not lo <= hi:  # no bound known (NaN), or an empty box: nothing to project onto
-        return val, low, high
+    lo, hi = np.broadcast_to(lo, np.shape(val)), np.broadcast_to(hi, np.shape(val))
     with np.errstate(invalid="ignore"):
+        known = lo <= hi  # False where a bound is NaN (none known) or the box is empty
+        if not known.any():
+            return val, low, high
         outside = (low > hi) | (high < lo)
-        low = np.where(outside, lo, np.clip(low, lo, hi))
-        high = np.where(outside, hi, np.clip(high, lo, hi))
-        val = np.where(np.isnan(val), 0.5 * (lo + hi), np.clip(val, lo, hi))
-    return val, low, high
+        new_low = np.where(outside, lo, np.clip(low, lo, hi))
+        new_high = np.where(outside, hi, np.clip(high, lo, hi))
+        new_val = np.where(np.isnan(val), 0.5 * (lo + hi), np.clip(val, lo, hi))
+    return (np.where(known, new_val, val), np.where(known, new_low, low), np.where(known, new_high, high))
 
 
 def _names(value: str | Sequence[str] | None) -> Sequence[str] | None:
@@ -385,8 +393,8 @@ class Engine:
                 magnitude = np.maximum(np.abs(np.nan_to_num(val)), r.get("magnitude", 0.0))
                 half = z * sd + ROUNDING * magnitude + np.asarray(r.get("slack", 0.0))
                 low, high = val - half, val + half
-            if r["func"] == "count":
-                val, low, high = np.maximum(val, 0.0), np.maximum(low, 0.0), np.maximum(high, 0.0)
+            if r["func"] == "count":  # within [0, the output group's rows]; an interval wholly outside at the bound
+                val, low, high = (np.clip(a, *r["bounds"]) for a in (val, low, high))
             else:  # SUM/AVG over no rows is NULL: only where the group is surely empty (no sampling error)
                 empty = ~(np.asarray(r["count"]) >= 0.5) & ~(sd > 0)
                 unknown = ~np.isfinite(val) & ~empty  # an AVG over an estimated count of 0: any value

@@ -902,6 +902,8 @@ class Synopsis:
         doubt = self._doubtful(cols, box, reads, empty)
         moved = self._doubt_total(doubt)  # per group, the weight of the rows the doubt may add or drop
         reading = np.full(len(self.N), float(reads)) * ~empty  # groups whose answer reads the sample's values
+        # each output group's rows, those set aside whole included: no answer counts more
+        rows_of = np.bincount(codes, (self.N + np.bincount(self.o_gid, minlength=len(self.N)))[gids], minlength=m)
         results = []
         for a in q.aggregates:
             if a.func == "count":
@@ -909,7 +911,8 @@ class Synopsis:
                 val = np.bincount(codes, est[gids, k], minlength=m)
                 v = var_fn(gids, [k], [1.0]).per_answer(codes, m)
                 results.append({"alias": a.alias, "func": "count", "value": val, "var": v, "count": val, "thin": thin,
-                                "slack": np.bincount(codes, moved[gids], minlength=m)})
+                                "slack": np.bincount(codes, moved[gids], minlength=m),
+                                "bounds": (np.zeros(m), rows_of)})
                 continue
             j = self.index[a.column]
             kn = keys.index(self._count_key(a.column))
@@ -924,7 +927,7 @@ class Synopsis:
                 tot = np.bincount(codes, est[gids, ks], minlength=m)
                 v = var_fn(gids, [ks], [1.0]).per_answer(codes, m)
                 results.append({"alias": a.alias, "func": "sum", "value": tot, "var": v, "count": cnt, "thin": thin,
-                                "slack": slack})
+                                "slack": slack, "bounds": _sum_bounds(*self._avg_bounds(j, box), rows_of)})
                 continue
             ks, c = keys.index(("d", j)), self.centre[j]  # the key sums v − c over the rows the count key counts
             dev = np.bincount(codes, est[gids, ks], minlength=m)
@@ -936,7 +939,8 @@ class Synopsis:
                 slack = slack + np.abs(np.nan_to_num(c + mean_dev)) * np.bincount(codes, moved[gids], minlength=m)
                 slack = np.where(slack > 0, slack / np.abs(cnt), 0.0)
             results.append({"alias": a.alias, "func": "avg", "value": c + mean_dev, "var": v, "count": cnt,
-                            "thin": thin, "bounds": self._avg_bounds(j, box), "slack": slack,
+                            "thin": thin, "bounds": tuple(np.full(m, b) for b in self._avg_bounds(j, box)),
+                            "slack": slack,
                             "magnitude": abs(c)})  # the AVG is c + a mean: float rounding of c's size
         if q.group_by:  # SQL has no row for a group without matching rows: drop groups surely empty
             rows = np.bincount(codes, est[gids, 0], minlength=m)
@@ -948,6 +952,7 @@ class Synopsis:
                     for k in ("value", "var", "count", "thin", "slack"):
                         if k in r:
                             r[k] = np.asarray(r[k])[keep]
+                    r["bounds"] = tuple(b[keep] for b in r["bounds"])
         return out, results
 
     # ---- the model: a tree of pair grids over fine histograms ---------------------------------------------
@@ -2156,6 +2161,25 @@ def _reproduced_count(t: int, K: int, pi: np.ndarray, target: np.ndarray, gid: n
     out = np.zeros((G, K, K))
     out[:, t, t] = np.where(both, 0.0, expected / np.maximum(n, 1))
     return out
+
+
+def _sum_bounds(lo: float, hi: float, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where a SUM surely lies: over at most ``rows`` rows (each output group's) of values in ``[lo, hi]``, between
+    ``min(0, rows·lo)`` (all rows in the box at ``lo``, or none) and ``max(0, rows·hi)``. A SUM of a column with no
+    negative value is never below 0.
+
+    Examples
+    --------
+    >>> [b.tolist() for b in _sum_bounds(2.0, 5.0, np.array([10.0, 0.0]))]
+    [[0.0, 0.0], [50.0, 0.0]]
+    >>> [b.tolist() for b in _sum_bounds(-1.0, 3.0, np.array([10.0]))]
+    [[-10.0], [30.0]]
+    """
+    if not lo <= hi:  # no range known: no bound
+        return np.full(len(rows), -np.inf), np.full(len(rows), np.inf)
+    with np.errstate(invalid="ignore"):  # an unbounded side (±inf) times no rows is 0
+        return (np.nan_to_num(np.minimum(0.0, rows * lo), nan=0.0, posinf=np.inf, neginf=-np.inf),
+                np.nan_to_num(np.maximum(0.0, rows * hi), nan=0.0, posinf=np.inf, neginf=-np.inf))
 
 
 def _pairs_per_group(gid: np.ndarray, key: np.ndarray, G: int) -> tuple[np.ndarray, np.ndarray]:
