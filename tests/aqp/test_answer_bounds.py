@@ -79,4 +79,19 @@ def test_a_cut_near_a_bins_end_is_placed_as_the_model_places_it(rng, frame_engin
         z.append(((got.c - truth) / ((got.c_ci_high - got.c_ci_low) / 3.92)).to_numpy())
     z = np.concatenate(z)
     assert (np.abs(z) <= 1.96).sum() >= 34  # of 40
-    assert abs(z.mean()) < 0.6  # not one-sided
+    assert abs(z.mean()) < 0.9  # not one-sided (about -0.3 now, sd 0.12 over seeds; +1.35 without the rule)
+
+
+def test_conditions_no_value_meets_give_what_the_database_gives(rng, frame_engine):
+    # y > 5 AND y < 3: the bounds of a SUM or AVG of y have no range to take; the answer is the database's (no
+    # group rows with GROUP BY, one NULL without), not a ValueError from an empty bound
+    df = _heavy_tailed(rng, rows=20_000)
+    eng = frame_engine(df)
+    eng.build("t", columns=["x", "y"], group_by=["g"], budget_bytes=30_000, seed=int(rng.integers(2**31)))
+    for agg in ("SUM(y)", "AVG(y)", "COUNT(*)"):
+        grouped = eng.query(f"SELECT g, {agg} AS v FROM t WHERE y > 5 AND y < 3 GROUP BY g")
+        assert len(grouped) == len(eng.exact(f"SELECT g, {agg} AS v FROM t WHERE y > 5 AND y < 3 GROUP BY g")) == 0
+        whole = eng.query(f"SELECT {agg} AS v FROM t WHERE y > 5 AND y < 3")
+        truth = eng.exact(f"SELECT {agg} AS v FROM t WHERE y > 5 AND y < 3").v.iloc[0]
+        assert len(whole) == 1
+        assert (pd.isna(whole.v.iloc[0]) and pd.isna(truth)) or whole.v.iloc[0] == truth == 0

@@ -544,6 +544,8 @@ class Synopsis:
         bounds the column, within the union of its intervals (an average of values in a box is in the box)."""
         info = self.infos[j]
         lo, hi = info.lo, info.hi
+        if j in box and not box[j]:  # conditions no value meets (y > 5 AND y < 3): no bound, an empty answer
+            return math.nan, math.nan
         if j in box:
             lo = max(lo, min(iv[0] for iv in box[j]))
             hi = min(hi, max(iv[2] for iv in box[j]))
