@@ -312,6 +312,7 @@ class _Rows:
         self.edges: dict[int, list[_EdgeBin]] = {}  # per predicate column, its cut bins (Synopsis._edge_bins)
         self.ends: dict[int, _Ends | None] = {}  # per predicate column, its bins' ends in the box (Synopsis._shares)
         self.end_rows: dict[int, tuple | None] = {}  # per predicate column, Synopsis._end_rows
+        self.sides: dict[int, tuple] = {}  # per predicate column, Synopsis._side_counts
         self.inside = np.ones(len(idx), dtype=bool)  # whether the row is in the query's box (set by the caller)
         self.match: dict[int, np.ndarray] = {}  # per predicate column, whether the row meets its condition
 
@@ -510,6 +511,8 @@ class Synopsis:
         # sample describe the others, and every query adds these rows' exact share (_outlier_totals)
         o_gid, o_vals = outliers if outliers is not None else (np.zeros(0, np.int64), np.zeros((0, len(infos))))
         self.o_gid, self.o_vals = np.asarray(o_gid, dtype=np.int64), np.asarray(o_vals, dtype=np.float64)
+        # each group's rows, those set aside included: no COUNT of the group is more (Synopsis.estimate's bounds)
+        self.group_rows = self.N + np.bincount(self.o_gid, minlength=G)
 
     # ---- query resolution -------------------------------------------------------------------------------
     def size_bytes(self) -> int:
@@ -772,11 +775,9 @@ class Synopsis:
         G, B1 = self.fine[u].shape
         if rows is None:
             return np.ones((G, B1))
-        cell = rows.cells(u)
-        m = np.bincount(cell, minlength=G * B1).reshape(G, B1)
-        kept = rows.match[u]
-        m_in = np.bincount(cell, kept & rows.inside, minlength=G * B1).reshape(G, B1)  # inside the whole box
-        m_out = m - np.bincount(cell, kept, minlength=G * B1).reshape(G, B1)  # on the far side of u's cut
+        m, kept = (c.reshape(G, B1) for c in self._side_counts(u, rows))
+        m_in = np.bincount(rows.cells(u), rows.match[u] & rows.inside, minlength=G * B1).reshape(G, B1)  # whole box
+        m_out = m - kept  # on the far side of u's cut
         seen = (m >= SEEN_ROWS) & (m_in >= SEEN_SIDE) & (m_out >= SEEN_SIDE)
         parts = rows.ends.get(u)
         if G > 1 and parts is not None:
@@ -822,6 +823,15 @@ class Synopsis:
             inside = factor if u == S[0] else inside * factor
         return inside
 
+    def _side_counts(self, u: int, rows: _Rows) -> tuple[np.ndarray, np.ndarray]:
+        """(G·(B_u + 1),) twice, flat by (group, fine bin of ``u``): the query's sample rows there, and those of them
+        ``u``'s condition keeps; computed once per query and column (:meth:`_unseen`, :meth:`_one_sided`)."""
+        got = rows.sides.get(u)
+        if got is None:
+            size, cell = self.fine[u].size, rows.cells(u)
+            got = rows.sides[u] = (np.bincount(cell, minlength=size), np.bincount(cell, rows.match[u], minlength=size))
+        return got
+
     def _one_sided(self, u: int, rows: _Rows, ph: np.ndarray) -> np.ndarray:
         """(m,): whether the row's group's sample rows in the row's fine bin of ``u`` all lie on one side of
         ``u``'s condition, and the model's share ``ph`` of the bin's rows on the other side is one the sample does
@@ -829,14 +839,10 @@ class Synopsis:
         of three"), and the model's share is within it. A share above it is refuted: the group's rows in the bin
         lie on the seen side, not spread over the bin as the model has them (births' states, each at its own
         level within a table-wide bin of ``births``), and the sample's side stands."""
-        G, B1 = self.fine[u].shape
-        cell = rows.cells(u)
-        m = np.bincount(cell, minlength=G * B1)
-        m_in = np.bincount(cell, rows.match[u], minlength=G * B1)
-        share = np.tile(ph, G)
-        unseen_share = np.where(m_in == 0, share, 1.0 - share)  # the model's share of the side no sample row is on
-        one = ((m_in == 0) | (m_in == m)) & (m * unseen_share <= 3.0)
-        return one.take(cell)
+        m, kept = (c.take(rows.cells(u)) for c in self._side_counts(u, rows))  # per row, its group's bin's
+        share = ph.take(rows.bins(u))
+        unseen_share = np.where(kept == 0, share, 1.0 - share)  # the model's share of the side no sample row is on
+        return ((kept == 0) | (kept == m)) & (m * unseen_share <= 3.0)
 
     def _slope_var(self, j: int, ivals: list, unseen: np.ndarray | None = None) -> np.ndarray:
         """(G, B + 1): squared disagreement, in each fine bin the box cuts, between the uniform spread within
@@ -959,8 +965,7 @@ class Synopsis:
         doubt = self._doubtful(cols, box, reads, empty)
         moved = self._doubt_total(doubt)  # per group, the weight of the rows the doubt may add or drop
         reading = np.full(len(self.N), float(reads)) * ~empty  # groups whose answer reads the sample's values
-        # each output group's rows, those set aside whole included: no answer counts more
-        rows_of = np.bincount(codes, (self.N + np.bincount(self.o_gid, minlength=len(self.N)))[gids], minlength=m)
+        rows_of = np.bincount(codes, self.group_rows[gids], minlength=m)  # no answer counts more rows
         results = []
         for a in q.aggregates:
             if a.func == "count":
@@ -2235,9 +2240,8 @@ def _sum_bounds(lo: float, hi: float, rows: np.ndarray) -> tuple[np.ndarray, np.
     """
     if not lo <= hi:  # no range known: no bound
         return np.full(len(rows), -np.inf), np.full(len(rows), np.inf)
-    with np.errstate(invalid="ignore"):  # an unbounded side (±inf) times no rows is 0
-        return (np.nan_to_num(np.minimum(0.0, rows * lo), nan=0.0, posinf=np.inf, neginf=-np.inf),
-                np.nan_to_num(np.maximum(0.0, rows * hi), nan=0.0, posinf=np.inf, neginf=-np.inf))
+    with np.errstate(invalid="ignore"):  # an infinite end times no rows: NaN, no bound there
+        return np.minimum(0.0, rows * lo), np.maximum(0.0, rows * hi)
 
 
 def _pairs_per_group(gid: np.ndarray, key: np.ndarray, G: int) -> tuple[np.ndarray, np.ndarray]:
