@@ -512,7 +512,7 @@ class Synopsis:
         o_gid, o_vals = outliers if outliers is not None else (np.zeros(0, np.int64), np.zeros((0, len(infos))))
         self.o_gid, self.o_vals = np.asarray(o_gid, dtype=np.int64), np.asarray(o_vals, dtype=np.float64)
         # each group's rows, those set aside included: no COUNT of the group is more (Synopsis.estimate's bounds)
-        self.group_rows = self.N + np.bincount(self.o_gid, minlength=G)
+        self._group_rows = self.N + np.bincount(self.o_gid, minlength=G)
 
     # ---- query resolution -------------------------------------------------------------------------------
     def size_bytes(self) -> int:
@@ -965,7 +965,7 @@ class Synopsis:
         doubt = self._doubtful(cols, box, reads, empty)
         moved = self._doubt_total(doubt)  # per group, the weight of the rows the doubt may add or drop
         reading = np.full(len(self.N), float(reads)) * ~empty  # groups whose answer reads the sample's values
-        rows_of = np.bincount(codes, self.group_rows[gids], minlength=m)  # no answer counts more rows
+        rows_of = np.bincount(codes, self._group_rows[gids], minlength=m)  # no answer counts more rows
         results = []
         for a in q.aggregates:
             if a.func == "count":
