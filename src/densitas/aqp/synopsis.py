@@ -1145,7 +1145,7 @@ class Synopsis:
                 reproduced *= totals.expansion[:, None, None]
         for floor in (self._unseen_nulls(S, phis, keys, count, rows),  # NULLs no sample row in the box shows
                       self._unsampled_box(keys, count, rows),  # a box none of a group's sample rows lies in
-                      self._unseen_bins(S, phis, keys, count)):  # bins a coarser cell's share places unchecked
+                      self._unseen_bins(S, phis, keys, count, rows)):  # bins a cell's share places unchecked
             if floor is not None:  # (G, K, K) per unit of the groups' expansion, as the residuals'
                 floor *= totals.expansion[:, None, None]
                 unseen = floor if unseen is None else unseen + floor
@@ -1487,7 +1487,8 @@ class Synopsis:
         share = np.where(empty, missed / np.maximum(self.N, 1) / np.maximum(self.n, 1), 0.0)  # (count/N) / n
         return share[:, None, None] * self._moments(tuple(keys))
 
-    def _unseen_bins(self, S: list[int], phis: dict, keys: list, count: np.ndarray) -> np.ndarray | None:
+    def _unseen_bins(self, S: list[int], phis: dict, keys: list, count: np.ndarray, rows: _Rows
+                     ) -> np.ndarray | None:
         """(G, K, K) or None: per unit of a group's expansion ``N²(1 − n/N)/n``, the variance of the keys' totals
         from the rows of fine bins of a predicate column that hold rows of the group and none of its sample rows,
         where the box's share of such a bin differs from the share a coarser cell of the column gives it.
@@ -1508,11 +1509,13 @@ class Synopsis:
         over ``u``'s pair grids with the other predicates), along each key's uncentred second moment among the
         group's sample rows (1 for the row count), as :meth:`_unsampled_box` does. A bin some sample row of the
         group lies in, a group sampled whole, one predicate column, or a pair grid at ``u``'s full resolution
-        adds nothing."""
+        adds nothing, and neither does a group whose box holds none of its sample rows: :meth:`_unsampled_box`
+        takes all of its box's rows as unseen already."""
         if len(S) < 2:
             return None
         G = len(self.N)
         s2 = np.zeros(G)
+        boxed = np.bincount(rows.gid[rows.inside], minlength=G) > 0
         for u in S:
             missing = self._missing_bins(u)
             if not missing.any():
@@ -1521,7 +1524,7 @@ class Synopsis:
             gap = self._cell_share_gap(u, S, ph)
             _, other = self._kept_rows(u, phis, count)
             s2 += (missing * self.fine[u] * gap).sum(axis=1) * other ** 2
-        s2 /= np.maximum(self.N, 1)
+        s2 *= boxed / np.maximum(self.N, 1)
         if not s2.any():
             return None
         return (s2 / np.maximum(self.n, 1))[:, None, None] * self._moments(tuple(keys))
