@@ -50,9 +50,9 @@ def test_a_groups_unsampled_nulls_count_in_its_interval(rng, frame_engine):
     assert covered.sum() >= 17, got[~covered].assign(truth=truth[~covered], nulls=nulls[~covered])
     # in the groups whose sample holds none of the box's NULLs, about the design's deviation of them: the rows'
     # expansion N/n (1 - n/N) over the box's NULLs (0.70-1.78 of it in seeds 1-10; a tenth of the term's
-    # variance, or 9 times it, would leave the range). Each group's at least 0.4 of it, and their median at most
-    # 2.2: a group with one NULL in the box has the residuals' and placement's variance beside a small term
-    # (DENSITAS_SEED=2914950040: 3.2 of it in one group of five, the others 1.0-1.5)
+    # variance, or 9 times it, would leave the range). Every group at least 0.4 of it; at most 2.2 where the
+    # term is the larger part, 10 NULLs or more: with a few, the residuals' variance beside it is not small
+    # (DENSITAS_SEED=2914950040: a group with 5 NULLs at 3.2, the others, 15-50 NULLs, at 1.0-1.5)
     syn = eng._load("t")
     x, y = syn.s_vals[:, u], syn.s_vals[:, syn.index["y"]]
     seen = pd.Series(np.bincount(syn.s_gid, (x >= bound) & np.isnan(y), minlength=GROUPS), index=syn.groups.g)
@@ -61,4 +61,6 @@ def test_a_groups_unsampled_nulls_count_in_its_interval(rng, frame_engine):
     N, n = pd.Series(syn.N, index=syn.groups.g)[unseen], pd.Series(syn.n, index=syn.groups.g)[unseen]
     half = ((got.v_ci_high - got.v_ci_low) / 2)[unseen]
     ratio = half / (1.96 * np.sqrt(N / n * (1 - n / N) * nulls[unseen]))
-    assert (ratio >= 0.4).all() and ratio.median() <= 2.2, pd.DataFrame({"ratio": ratio, "nulls": nulls[unseen]})
+    many = nulls[unseen] >= 10
+    assert many.sum() >= 2, nulls[unseen]
+    assert (ratio >= 0.4).all() and (ratio[many] <= 2.2).all(), pd.DataFrame({"ratio": ratio, "nulls": nulls[unseen]})

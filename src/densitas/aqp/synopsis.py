@@ -1508,9 +1508,11 @@ class Synopsis:
         show them, ``S²_g = Σ_b N_gb (φ_b − φ̄_c)² · other_g² / N_g`` over the group's unseen bins (the largest gap
         over ``u``'s pair grids with the other predicates), along each key's uncentred second moment among the
         group's sample rows (1 for the row count), as :meth:`_unsampled_box` does. A bin some sample row of the
-        group lies in, a group sampled whole, one predicate column, or a pair grid at ``u``'s full resolution
-        adds nothing, and neither does a group whose box holds none of its sample rows: :meth:`_unsampled_box`
-        takes all of its box's rows as unseen already."""
+        group lies in, a group sampled whole and one predicate column add nothing, nor does ``u`` where every
+        stored pair grid of ``u`` with another predicate is at ``u``'s full resolution (the gap is the largest
+        over all of them, used by the fit's tree or not: the larger bound), nor a group whose box holds none of
+        its sample rows: :meth:`_unsampled_box` takes all of its box's rows as unseen already. The term moves
+        no estimate: the answer keeps the fit's lean on the coarse term, and the interval holds it."""
         if len(S) < 2:
             return None
         G = len(self.N)
