@@ -1145,7 +1145,7 @@ class Synopsis:
                 reproduced *= totals.expansion[:, None, None]
         for floor in (self._unseen_nulls(S, phis, keys, count, rows),  # NULLs no sample row in the box shows
                       self._unsampled_box(keys, count, rows),  # a box none of a group's sample rows lies in
-                      self._unseen_bins(S, phis, keys, count, rows)):  # bins a cell's share places unchecked
+                      self._unseen_bins(S, phis, keys, rows, tree, E)):  # bins a cell's share places unchecked
             if floor is not None:  # (G, K, K) per unit of the groups' expansion, as the residuals'
                 floor *= totals.expansion[:, None, None]
                 unseen = floor if unseen is None else unseen + floor
@@ -1487,7 +1487,7 @@ class Synopsis:
         share = np.where(empty, missed / np.maximum(self.N, 1) / np.maximum(self.n, 1), 0.0)  # (count/N) / n
         return share[:, None, None] * self._moments(tuple(keys))
 
-    def _unseen_bins(self, S: list[int], phis: dict, keys: list, count: np.ndarray, rows: _Rows
+    def _unseen_bins(self, S: list[int], phis: dict, keys: list, rows: _Rows, tree: _Forest, E: list[np.ndarray]
                      ) -> np.ndarray | None:
         """(G, K, K) or None: per unit of a group's expansion ``N²(1 − n/N)/n``, the variance of the keys' totals
         from the rows of fine bins of a predicate column that hold rows of the group and none of its sample rows,
@@ -1504,10 +1504,13 @@ class Synopsis:
         (the model's own prediction, exact there).
 
         Had the sample drawn its share of such a bin's ``N_gb`` rows, their residuals ``(φ_b − φ̄_c)`` times the
-        other predicates' keep fraction would be in the design's ``S²``; they are added as the residuals would
-        show them, ``S²_g = Σ_b N_gb (φ_b − φ̄_c)² · other_g² / N_g`` over the group's unseen bins (the largest gap
-        over ``u``'s pair grids with the other predicates), along each key's uncentred second moment among the
-        group's sample rows (1 for the row count), as :meth:`_unsampled_box` does. A bin some sample row of the
+        share ``o_gb`` of them the other predicates keep would be in the design's ``S²``; they are added as the
+        residuals would show them, ``S²_g = Σ_b N_gb (φ_b − φ̄_c)² o_gb² / N_g`` over the group's unseen bins (the
+        largest gap over ``u``'s pair grids with the other predicates), along each key's uncentred second moment
+        among the group's sample rows (1 for the row count), as :meth:`_unsampled_box` does. ``o_gb`` is the
+        model's, given the bin: the message to ``u``'s bin through the pair grids of the query's tree, times the
+        other components' expectations (the group's average keep share in its place left the late commit days,
+        all shipped late, at a half and a seventh of their variance). A bin some sample row of the
         group lies in, a group sampled whole and one predicate column add nothing, nor does ``u`` where every
         stored pair grid of ``u`` with another predicate is at ``u``'s full resolution (the gap is the largest
         over all of them, used by the fit's tree or not: the larger bound), nor a group whose box holds none of
@@ -1524,8 +1527,10 @@ class Synopsis:
                 continue
             ph = np.broadcast_to(phis[u], self.fine[u].shape)
             gap = self._cell_share_gap(u, S, ph)
-            _, other = self._kept_rows(u, phis, count)
-            s2 += (missing * self.fine[u] * gap).sum(axis=1) * other ** 2
+            ci = tree.comp_of[u]
+            others = np.prod([E[c] for c in range(len(E)) if c != ci], axis=0) if len(E) > 1 else 1.0
+            kept = self._lam(u, None, tree.adj, {**phis, u: 1.0}) * np.reshape(others, (-1, 1))  # o_gb
+            s2 += (missing * self.fine[u] * gap * kept ** 2).sum(axis=1)
         s2 *= boxed / np.maximum(self.N, 1)
         if not s2.any():
             return None
