@@ -1075,13 +1075,21 @@ class Synopsis:
         (node, parent) answer for the same ``phis``: a message is the same whichever root asks for it."""
         if memo is not None and (u, parent) in memo:
             return memo[(u, parent)]
-        lam = np.array(np.broadcast_to(phis[u], self.fine[u].shape), dtype=np.float64)
+        lam = self._incoming(u, parent, adj, phis, memo)
+        lam *= phis[u]
+        if memo is not None:
+            memo[(u, parent)] = lam
+        return lam
+
+    def _incoming(self, u: int, parent: int | None, adj: dict, phis: dict, memo: dict | None = None) -> np.ndarray:
+        """(G, B_u + 1): the product of the messages to ``u``'s fine bins from its neighbours but ``parent`` (the
+        model's expectation of their subtrees' factors given ``u``'s bin), a new array; ``u``'s own factor is
+        left out. Their subtrees' answers come from ``memo`` where it holds them (:meth:`_lam`)."""
+        lam = np.ones(self.fine[u].shape)
         for v in adj[u]:
             if v != parent:
                 pair = self.pairs[(min(u, v), max(u, v))]
                 lam *= self._message(pair, v, self._lam(v, u, adj, phis, memo))
-        if memo is not None:
-            memo[(u, parent)] = lam
         return lam
 
     def _expect(self, comp: list[int], adj: dict, phis: dict, memo: dict | None = None) -> np.ndarray:
@@ -1145,7 +1153,7 @@ class Synopsis:
                 reproduced *= totals.expansion[:, None, None]
         for floor in (self._unseen_nulls(S, phis, keys, count, rows),  # NULLs no sample row in the box shows
                       self._unsampled_box(keys, count, rows),  # a box none of a group's sample rows lies in
-                      self._unseen_bins(S, phis, keys, rows, tree, E)):  # bins a cell's share places unchecked
+                      self._unseen_bins(S, phis, keys, rows, tree, E, memo)):  # bins a cell's share places
             if floor is not None:  # (G, K, K) per unit of the groups' expansion, as the residuals'
                 floor *= totals.expansion[:, None, None]
                 unseen = floor if unseen is None else unseen + floor
@@ -1487,8 +1495,8 @@ class Synopsis:
         share = np.where(empty, missed / np.maximum(self.N, 1) / np.maximum(self.n, 1), 0.0)  # (count/N) / n
         return share[:, None, None] * self._moments(tuple(keys))
 
-    def _unseen_bins(self, S: list[int], phis: dict, keys: list, rows: _Rows, tree: _Forest, E: list[np.ndarray]
-                     ) -> np.ndarray | None:
+    def _unseen_bins(self, S: list[int], phis: dict, keys: list, rows: _Rows, tree: _Forest, E: list[np.ndarray],
+                     memo: dict | None = None) -> np.ndarray | None:
         """(G, K, K) or None: per unit of a group's expansion ``N²(1 − n/N)/n``, the variance of the keys' totals
         from the rows of fine bins of a predicate column that hold rows of the group and none of its sample rows,
         where the box's share of such a bin differs from the share a coarser cell of the column gives it.
@@ -1508,10 +1516,11 @@ class Synopsis:
         residuals would show them, ``S²_g = Σ_b N_gb (φ_b − φ̄_c)² o_gb² / N_g`` over the group's unseen bins (the
         largest gap over ``u``'s pair grids with the other predicates), along each key's uncentred second moment
         among the group's sample rows (1 for the row count), as :meth:`_unsampled_box` does. ``o_gb`` is the
-        model's, given the bin: the message to ``u``'s bin through the pair grids of the query's tree, times the
-        other components' expectations (the group's average keep share in its place left the late commit days,
-        all shipped late, at a half and a seventh of their variance). A bin some sample row of the
-        group lies in, a group sampled whole and one predicate column add nothing, nor does ``u`` where every
+        model's, given the bin: the messages to ``u``'s bin through the pair grids of the query's tree
+        (:meth:`_incoming`, from the box's ``memo``), times the other components' expectations (the group's
+        average keep share in its place left the late commit days, all shipped late, at a half and a seventh of
+        their variance). A bin some sample row of the group lies in, a group sampled whole and one predicate
+        column add nothing, nor does ``u`` where every
         stored pair grid of ``u`` with another predicate is at ``u``'s full resolution (the gap is the largest
         over all of them, used by the fit's tree or not: the larger bound), nor a group whose box holds none of
         its sample rows: :meth:`_unsampled_box` takes all of its box's rows as unseen already. The term moves
@@ -1529,7 +1538,7 @@ class Synopsis:
             gap = self._cell_share_gap(u, S, ph)
             ci = tree.comp_of[u]
             others = np.prod([E[c] for c in range(len(E)) if c != ci], axis=0) if len(E) > 1 else 1.0
-            kept = self._lam(u, None, tree.adj, {**phis, u: 1.0}) * np.reshape(others, (-1, 1))  # o_gb
+            kept = self._incoming(u, None, tree.adj, phis, memo) * np.reshape(others, (-1, 1))  # o_gb
             s2 += (missing * self.fine[u] * gap * kept ** 2).sum(axis=1)
         s2 *= boxed / np.maximum(self.N, 1)
         if not s2.any():
