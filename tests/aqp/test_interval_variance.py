@@ -36,7 +36,7 @@ def _parts(eng: Engine, sql: str, monkeypatch) -> tuple[float, float, float]:
             placement = _half_width(eng, sql)
         with monkeypatch.context() as m:
             m.setattr(syn_mod.Synopsis, "_placement",
-                      lambda self, S, phis, box, ends=None, rows=None, split=None: {})
+                      lambda self, S, phis, box, ends=None, rows=None, split=None, grouping=None: {})
             m.setattr(syn_mod.Synopsis, "_end_splits", lambda self, *args: [])  # the ends' split among the groups
             residual = _half_width(eng, sql)
     return both, placement, residual

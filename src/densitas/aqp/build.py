@@ -62,7 +62,7 @@ import pandas as pd
 import sqlglot
 from sqlglot import exp
 
-from densitas.aqp.columns import ColumnInfo, classify, subset_key
+from densitas.aqp.columns import ColumnInfo, classify, slope_error, subset_key
 from densitas.aqp.connector import Connector, table_expr
 from densitas.aqp.store import (
     FORMAT_VERSION,
@@ -944,12 +944,15 @@ def write_histograms(con: Connector, tables: SynopsisTables, binned: Binned, inf
         con.execute(exp.insert(hist, marg))
         occ.append(con.fetch_df(occupied(binned, j)))
     occ_all = pd.concat(occ, ignore_index=True)
+    probes = merge_probes([con.fetch_df(q) for q in continuous_probes(binned, infos)])
     con.execute(tables.edges.create(tables.id))
     con.insert_frame(tables.edges.table(tables.id), edges_frame(infos, occ_all))
+    labels = None
     if group_by:
         labels = con.fetch_df(sqlglot.select(_col("gid"), *(_col(g) for g in group_by))
                               .from_(tables.table("groups")))
         set_end_dispersion(infos, occ_all, labels, list(group_by))
+    set_placement_error(infos, occ_all, probes, labels, list(group_by))
 
 
 OCCUPIED = ("vmin", "vmax", "nmin", "nmax")
@@ -983,6 +986,67 @@ def occupied(binned: Binned, j: int) -> exp.Select:
         .from_(exp.alias_(binned.table, "t", table=True, quoted=True)) \
         .join(ends.subquery("e"), on=exp.column(f"b{j}", "t", quoted=True).eq(_col("bin", "e"))) \
         .group_by(gid, _col("bin", "e"), _col("vmin", "e"), _col("vmax", "e"))
+
+
+#: where the build probes each fine bin (:func:`probe_counts`): a quarter, half and three quarters across it
+PROBES = (1, 2, 3)
+
+
+def _float(v: float) -> exp.Literal:
+    return exp.Literal.number(repr(float(v)))
+
+
+def probe_points(info: ColumnInfo) -> np.ndarray:
+    """(bins, len(PROBES)): the points a quarter, half and three quarters across each fine bin of ``info``
+    (between its edges, on the values' grid where they have a spacing): fixed before the rows are read, so that
+    the counts below them add up over the parts of a table built in parts.
+
+    Examples
+    --------
+    >>> probe_points(ColumnInfo("x", "INTEGER", "int", 1.0, lo=0.0, hi=9.0, edges=np.array([0.0, 5.0]))).tolist()
+    [[1.0, 2.0, 4.0], [6.0, 8.0, 9.0]]
+    """
+    lo, up = info.edges.astype(np.float64), info.uppers()
+    raw = lo[:, None] + (up - lo)[:, None] * (np.array(PROBES, dtype=np.float64) / 4)[None, :]
+    return np.round(raw / info.step) * info.step if info.step > 0 else raw
+
+
+def probe_counts(binned: Binned, j: int, points: np.ndarray, step: float) -> exp.Select:
+    """Per group and non-empty fine bin of column ``j``: ``(col, gid, bin, nq1, nq2, nq3)``, its rows below each
+    of the bin's ``points`` (:func:`probe_points`; half a step below, the values lying on the step's grid).
+
+    Examples
+    --------
+    >>> probe_counts(Binned("binned", 1), 0, np.array([[1.0, 2.0, 3.0]]), 1.0).named_selects
+    ['col', 'gid', 'bin', 'nq1', 'nq2', 'nq3']
+    """
+    names = [f"q{k}" for k in PROBES]
+    rows = [exp.Tuple(expressions=[_num(i + 1), *(_float(q) for q in qs)]) for i, qs in enumerate(points)]
+    table = exp.Values(expressions=rows, alias=exp.TableAlias(
+        this=exp.to_identifier("pr", quoted=True),
+        columns=[exp.to_identifier(c, quoted=True) for c in ["bin", *names]]))
+    v = exp.column(f"v{j}", "t", quoted=True)
+
+    def below(name: str) -> exp.Expression:
+        return exp.Sum(this=exp.case().when(
+            exp.LT(this=v, expression=exp.Sub(this=_col(name, "pr"), expression=_float(step / 2))), _num(1))
+            .else_(_num(0)))
+
+    gid = exp.column("gid", "t", quoted=True)
+    return sqlglot.select(exp.alias_(_num(j), "col", quoted=True), exp.alias_(gid, "gid", quoted=True),
+                          exp.alias_(_col("bin", "pr"), "bin", quoted=True),
+                          *(exp.alias_(below(q), f"n{q}", quoted=True) for q in names)) \
+        .from_(exp.alias_(binned.table, "t", table=True, quoted=True)) \
+        .join(table, on=exp.column(f"b{j}", "t", quoted=True).eq(_col("bin", "pr"))) \
+        .group_by(gid, _col("bin", "pr"))
+
+
+def merge_probes(parts: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """:func:`probe_counts`' rows of parts of a table, added up per column, group and bin."""
+    got = [p for p in parts if p is not None and len(p)]
+    if not got:
+        return pd.DataFrame(columns=["col", "gid", "bin", *(f"nq{k}" for k in PROBES)])
+    return pd.concat(got, ignore_index=True).groupby(["col", "gid", "bin"], as_index=False).sum()
 
 
 def merge_occupied(parts: Sequence[pd.DataFrame]) -> pd.DataFrame:
@@ -1079,13 +1143,8 @@ def end_dispersion(occ: pd.DataFrame, labels: pd.DataFrame, group_by: list[str],
     for e, c in zip(ends, ("nmin", "nmax"), strict=True):
         np.add.at(e, (g_idx, b_idx), o[c].to_numpy(dtype=np.float64))
     lab = labels.set_index("gid").reindex(range(G))
-    k = len(group_by)
-    if k <= END_SUBSETS_UP_TO:
-        subsets = [list(s) for r in range(1, k + 1) for s in itertools.combinations(group_by, r)]
-    else:
-        subsets = [[g] for g in group_by] + [list(group_by)]
     out = {}
-    for cols in subsets:
+    for cols in _group_subsets(group_by):
         cls = lab.groupby(cols, dropna=False, sort=False).ngroup().to_numpy()
         cls = np.where(cls < 0, cls.max() + 1, cls)
         n_O = _by_class(n, cls)  # (classes, bins)
@@ -1101,6 +1160,134 @@ def end_dispersion(occ: pd.DataFrame, labels: pd.DataFrame, group_by: list[str],
                             for x, k_ in zip(np.where(ok, num / np.where(ok, den, 1), 0.0), ok, strict=True)])
         out[subset_key(cols)] = per_end
     return out
+
+
+def _group_subsets(group_by: Sequence[str]) -> list[list[str]]:
+    """The sets of group columns a query may split its answers by that the build measures (the empty set left
+    out): every one up to :data:`END_SUBSETS_UP_TO` group columns, beyond each column alone and all together."""
+    k = len(group_by)
+    if k <= END_SUBSETS_UP_TO:
+        return [list(s) for r in range(1, k + 1) for s in itertools.combinations(group_by, r)]
+    return [[g] for g in group_by] + [list(group_by)]
+
+
+def _classes(labels: pd.DataFrame | None, G: int, cols: list[str]) -> np.ndarray:
+    """(G,): each group's class among the groups agreeing on ``cols`` (all one class for no columns)."""
+    if not cols or labels is None:
+        return np.zeros(G, dtype=np.int64)
+    cls = labels.set_index("gid").reindex(range(G)).groupby(cols, dropna=False, sort=False).ngroup().to_numpy()
+    return np.where(cls < 0, cls.max() + 1, cls)
+
+
+def placement_error(occ: pd.DataFrame, probes: pd.DataFrame, labels: pd.DataFrame | None,
+                    group_by: Sequence[str], j: int, info: ColumnInfo) -> dict[str, float]:
+    """How far the rows strictly inside column ``j``'s fine bins lie from the even spread the model places them
+    by (:meth:`~densitas.aqp.synopsis.Synopsis._shares`) beyond what rows placed at random and the density's
+    slope explain, per set of group columns a query may split its answers by (the empty set included):
+    measured on the whole table at each bin's :func:`probe_points`.
+
+    At a probe taking the share ``p`` of a bin's inner rows (those strictly between its least and greatest
+    value), the model gives a group ``f·n_g`` of its rows in the bin (``f`` the whole bin's share, its ends'
+    rows included; with one group only the inner rows are placed: ``f = p``, ``n`` their count), and the table
+    holds ``c_g``: the error ``d_g = c_g − f·n_g``. Rows placed at random give ``E d_g² = f(1 − f)·n_g``, a
+    density's slope the squared slope error ``s_g²`` (:func:`~densitas.aqp.columns.slope_error`). What neither
+    explains is the density's shape within the bin: clusters of rows between its values, which move the count
+    below a cut as a bridge does (variance ``∝ f(1 − f)``), by an amount in proportion to the bin's rows, as the
+    slope's is: the query's placement variance adds ``κ·f(1 − f)·n_g²``. Per set ``T`` and its classes ``O``
+    (groups agreeing on ``T``; one for the empty set; an answer adds up its groups' variances) ``κ_T = Σ (d_O² −
+    Σ_O f(1 − f)·n_g − Σ_O s_g²) / Σ Σ_O f(1 − f)·n_g²`` over the bins and probes (``d_O = Σ_O d_g``), at least
+    0. A shape the groups share (TPC-H's ``l_extendedprice``, a quantity times a price) moves their errors
+    together: an answer over several groups takes the larger ``κ`` of the fewer classes. Exact, from the whole
+    table; ``occ``: :func:`occupied`'s rows, ``probes``: :func:`probe_counts`', per group; ``labels``: the
+    groups table (``gid`` and the group columns; None without groups).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> info = ColumnInfo("x", "INTEGER", "int", 1.0, lo=0.0, hi=299.0, edges=np.array([0.0, 100.0, 200.0]))
+    >>> probe_points(info)[:, 1].tolist()
+    [50.0, 150.0, 250.0]
+    >>> occ = pd.DataFrame({"col": 0, "gid": 0, "bin": [1, 2, 3], "vmin": [0.0, 100.0, 200.0],
+    ...                     "vmax": [99.0, 199.0, 299.0], "nmin": 1, "nmax": 1, "n": 100})
+    >>> probes = pd.DataFrame({"col": 0, "gid": 0, "bin": [1, 2, 3], "nq1": 25, "nq2": [20, 50, 80], "nq3": 75})
+    >>> placement_error(occ, probes, None, [], 0, info)  # (30² + 30² − Σ p(1 − p)·98) / Σ p(1 − p)·98²
+    {'[]': 0.09059}
+    """
+    o = occ.loc[occ["col"] == j]
+    pr = probes.loc[probes["col"] == j] if probes is not None and "col" in probes.columns else probes
+    if pr is None or o.empty or pr.empty:
+        return {}
+    G = 1 if labels is None else int(labels["gid"].max()) + 1
+    B = info.bins
+
+    def per_bin(frame: pd.DataFrame, c: str) -> np.ndarray:  # a bin's value (the same in every group's row)
+        a = np.full(B + 1, np.nan)
+        a[frame["bin"].to_numpy(dtype=np.int64)] = frame[c].to_numpy(dtype=np.float64)
+        return a[1:]
+
+    def per_group(frame: pd.DataFrame, c: str) -> np.ndarray:  # (G, B + 1), bin 0 (NULL) empty
+        a = np.zeros((G, B + 1))
+        np.add.at(a, (frame["gid"].to_numpy(dtype=np.int64), frame["bin"].to_numpy(dtype=np.int64)),
+                  frame[c].to_numpy(dtype=np.float64))
+        return a
+
+    w = per_group(o, "n")
+    vmin, vmax = per_bin(o, "vmin"), per_bin(o, "vmax")
+    lower, upper = dataclasses.replace(info, occupied_min=vmin, occupied_max=vmax).spread()
+    n_g, nmin_g, nmax_g = w[:, 1:], per_group(o, "nmin")[:, 1:], per_group(o, "nmax")[:, 1:]
+    n_b, nmin_b, nmax_b = n_g.sum(axis=0), nmin_g.sum(axis=0), nmax_g.sum(axis=0)
+    inner_lo = vmin + info.step
+    width = vmax - inner_lo
+    known = (n_b > 0) & (nmin_b > 0) & (nmax_b > 0) & (vmax > vmin) & (width > 0)  # as Synopsis._ends
+    with np.errstate(invalid="ignore", divide="ignore"):
+        a_lo, a_hi = nmin_b / n_b, nmax_b / n_b
+    points = probe_points(info)
+    d, bern, nsq, slope2 = [], [], [], []
+    for t, k in enumerate(PROBES):
+        q = points[:, t]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            p = np.clip((q - inner_lo) / np.where(width > 0, width, 1.0), 0.0, 1.0)
+        at = np.flatnonzero(known & (p > 0) & (p < 1))
+        if not len(at):
+            continue
+        c_g = per_group(pr, f"nq{k}")[:, 1:][:, at] - nmin_g[:, at]  # the inner rows below (vmin < q < vmax)
+        if G == 1:  # only the inner rows are placed (Synopsis._placement)
+            base = n_g[:, at] - nmin_g[:, at] - nmax_g[:, at]
+            f = p[at]
+            d.append(c_g - f * base)
+        else:
+            base = n_g[:, at]
+            f = a_lo[at] + p[at] * (1 - a_lo[at] - a_hi[at])
+            d.append(nmin_g[:, at] + c_g - f * base)
+        bern.append(f * (1 - f) * base)
+        nsq.append(base)
+        slope2.append(np.nan_to_num(slope_error(w, lower, upper, at + 1, q[at]) ** 2))
+    if not d:
+        return {}
+    d, bern, nsq, slope2 = (np.concatenate(a, axis=1) for a in (d, bern, nsq, slope2))
+    out = {}
+    for cols in [[], *_group_subsets(group_by)]:
+        cls = _classes(labels, G, cols)
+        den = _by_class(bern * nsq, cls).sum()
+        if den > 0:
+            num = (_by_class(d, cls) ** 2 - _by_class(bern, cls) - _by_class(slope2, cls)).sum()
+            out[subset_key(cols)] = float(f"{max(num, 0.0) / den:.4g}")
+    return out
+
+
+def set_placement_error(infos: list[ColumnInfo], occ: pd.DataFrame, probes: pd.DataFrame,
+                        labels: pd.DataFrame | None, group_by: Sequence[str]) -> None:
+    """Each continuous column's :func:`placement_error` into its ``placement_error`` (a discrete column's bins
+    are its values: no bin is cut between its ends)."""
+    for j, info in enumerate(infos):
+        if not info.discrete:
+            info.placement_error = placement_error(occ, probes, labels, group_by, j, info)
+
+
+def continuous_probes(binned: Binned, infos: Sequence[ColumnInfo]) -> list[exp.Select]:
+    """:func:`probe_counts` of each continuous column (none for a discrete one: its bins are its values)."""
+    return [probe_counts(binned, j, probe_points(info), info.step) for j, info in enumerate(infos)
+            if not info.discrete and info.bins]
 
 
 def _by_class(a: np.ndarray, cls: np.ndarray) -> np.ndarray:

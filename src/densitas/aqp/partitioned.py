@@ -318,6 +318,8 @@ def partition_synopsis(plan: PartitionPlan, index: int) -> dict[str, Any]:
                            _a(exp.Sum(this=binned.v(j)), "s")).from_(binned.table).group_by(b._col("gid"), binned.b(j))
             for j in range(k)]))
         out["occupied"] = con.fetch_df(_union([b.occupied(binned, j) for j in range(k)]))
+        probes = b.continuous_probes(binned, infos)
+        out["probes"] = con.fetch_df(_union(probes)) if probes else None
         numeric = [j for j, info in enumerate(infos) if info.numeric]
         nullable = [j for j in numeric if infos[j].nullable]
         names = ["n", *(f"s{j}" for j in numeric), *(f"nn{j}" for j in nullable)]
@@ -388,8 +390,12 @@ def merge_partials(plan: PartitionPlan, parts: list[dict]) -> Merged:
                             for c in value_cols}})
     occ = b.merge_occupied([p["occupied"] for p in parts])
     frames = [b.edges_frame(plan.infos, occ)]
+    labels = plan.groups[["gid", *plan.group_by]] if plan.group_by else None
     if plan.group_by:  # the ends' split among the groups, as a normal build measures it (write_histograms)
-        b.set_end_dispersion(plan.infos, occ, plan.groups[["gid", *plan.group_by]], list(plan.group_by))
+        b.set_end_dispersion(plan.infos, occ, labels, list(plan.group_by))
+    # the rows' placement within the bins, from the counts below fixed probes that add up over the parts
+    b.set_placement_error(plan.infos, occ, b.merge_probes([p.get("probes") for p in parts]), labels,
+                          list(plan.group_by))
     finest = {}
     for pair in plan.candidates:
         res = parts[0]["finest"][pair][0]
