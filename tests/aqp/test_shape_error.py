@@ -5,18 +5,17 @@ rms z 5.5 (TPC-H's ``l_extendedprice``: 78%, rms z 2.2)."""
 
 from __future__ import annotations
 
-import os
-
 import duckdb
 import numpy as np
 import pandas as pd
 import pytest
 
 from densitas.aqp import Engine
-from densitas.aqp.build import PROBES, probe_points
+from densitas.aqp.build import probe_points
 from densitas.aqp.columns import slope_error, subset_key
+from tests.seeds import fresh_seed
 
-SEED = int(os.environ.get("DENSITAS_SEED", np.random.SeedSequence().entropy % 2**32))
+SEED = fresh_seed()  # DENSITAS_SEED replays, DENSITAS_FIXED_SEED fixes it
 
 
 def _clustered(seed: int, n: int = 150_000, clusters: int = 4000) -> tuple[duckdb.DuckDBPyConnection, np.ndarray]:
@@ -59,51 +58,56 @@ def test_counts_under_clustered_rows_cover_from_both_sides(group_by):
     assert med >= 0.25, "too wide: " + msg  # 0.48-0.51 measured; ten times the part gives ~0.15
 
 
-def test_measured_shape_error_matches_the_table():
-    """The stored κ against one computed here from the rows themselves (probes, counts, model shares)."""
+@pytest.mark.parametrize("group_by", [[], ["g"]], ids=["no-groups", "groups"])
+def test_measured_shape_error_matches_the_table(group_by):
+    """The stored κ against one computed here from the rows themselves (counts at the probes, the model's shares,
+    one group's inner rows or every group's whole bin)."""
     con, _ = _clustered(SEED, n=40_000, clusters=1500)
     eng = Engine(con)
-    eng.build("t", columns=["x"], group_by=["g"], max_bins=256, sample_size=400, seed=SEED)
-    info = eng._load("t").infos[0]
+    eng.build("t", columns=["x"], group_by=group_by, max_bins=256, sample_size=400, seed=SEED)
+    syn = eng._load("t")
+    info = syn.infos[0]
     rows = con.execute("SELECT x::DOUBLE AS x, g FROM t").df()
-    edges = info.edges
-    b = np.searchsorted(edges, rows.x.to_numpy(), side="right")  # 1-based fine bin
-    gid = (rows.g == "b").to_numpy().astype(int)  # groups in the order the synopsis labels them
-    labels = eng._load("t").groups
-    if str(labels["g"].iloc[0]) == "b":
-        gid = 1 - gid
-    B, G = info.bins, 2
+    x = rows.x.to_numpy()
+    b = np.searchsorted(info.edges, x, side="right")  # 1-based fine bin
+    if group_by:
+        first = str(syn.groups["g"].iloc[0])  # gid order as the synopsis labels its groups
+        gid, G = (rows.g != first).to_numpy().astype(int), 2
+    else:
+        gid, G = np.zeros(len(x), dtype=int), 1
+    B = info.bins
     n = np.zeros((G, B + 1))
     np.add.at(n, (gid, b), 1.0)
-    vmin = pd.Series(rows.x.to_numpy()).groupby(b).min().reindex(range(1, B + 1)).to_numpy()
-    vmax = pd.Series(rows.x.to_numpy()).groupby(b).max().reindex(range(1, B + 1)).to_numpy()
+    vmin = pd.Series(x).groupby(b).min().reindex(range(1, B + 1)).to_numpy()
+    vmax = pd.Series(x).groupby(b).max().reindex(range(1, B + 1)).to_numpy()
     np.testing.assert_allclose(vmin, info.occupied_min, err_msg=f"seed {SEED}")
     lower, upper = info.spread()
-    x = rows.x.to_numpy()
-    at_min, at_max = x == vmin[b - 1], x == vmax[b - 1]
     nmin, nmax = (np.bincount(gid * (B + 1) + b, m, minlength=G * (B + 1)).reshape(G, B + 1)[:, 1:]
-                  for m in (at_min, at_max))
+                  for m in (x == vmin[b - 1], x == vmax[b - 1]))
     n_b = n[:, 1:].sum(axis=0)
     a_lo, a_hi = nmin.sum(axis=0) / np.maximum(n_b, 1), nmax.sum(axis=0) / np.maximum(n_b, 1)
     step = 0.01
-    points = probe_points(info)
-    num = {(): 0.0, ("g",): 0.0}
-    den = {(): 0.0, ("g",): 0.0}
-    for t in range(len(PROBES)):
-        q = points[:, t]
+    keys = [(), ("g",)] if group_by else [()]
+    num, den = dict.fromkeys(keys, 0.0), dict.fromkeys(keys, 0.0)
+    for q in probe_points(info).T:
         p = (q - vmin - step) / (vmax - vmin - step)
         ok = (nmin.sum(axis=0) > 0) & (nmax.sum(axis=0) > 0) & (vmax > vmin + step) & (p > 0) & (p < 1)
         for i in np.flatnonzero(ok):
-            inside = (b == i + 1) & (x > vmin[i]) & (x < vmax[i]) & (x < q[i] - step / 2)
-            c = np.bincount(gid[inside], minlength=G)
-            f = a_lo[i] + p[i] * (1 - a_lo[i] - a_hi[i])
-            d = nmin[:, i] + c - f * n[:, i + 1]
-            bern = f * (1 - f) * n[:, i + 1]
+            inner = (b == i + 1) & (x > vmin[i]) & (x < vmax[i])
+            c = np.bincount(gid[inner & (x < q[i] - step / 2)], minlength=G)
+            if G == 1:  # one group: only the inner rows are placed, at the inner share
+                f, base = p[i], np.bincount(gid[inner], minlength=G).astype(float)
+                d = c - f * base
+            else:  # several: each group's whole bin at the bin's share, its rows at the least value included
+                f, base = a_lo[i] + p[i] * (1 - a_lo[i] - a_hi[i]), n[:, i + 1]
+                d = nmin[:, i] + c - f * base
+            bern = f * (1 - f) * base
             s2 = slope_error(n, lower, upper, np.array([i + 1]), np.array([q[i]]))[:, 0] ** 2
             num[()] += d.sum() ** 2 - bern.sum() - s2.sum()
-            num[("g",)] += float((d**2 - bern - s2).sum())
+            if group_by:
+                num[("g",)] += float((d**2 - bern - s2).sum())
             for key in den:
-                den[key] += float((bern * n[:, i + 1]).sum())
+                den[key] += float((bern * base).sum())
     for key in den:
         want = max(num[key], 0.0) / den[key]
         got = info.placement_error[subset_key(list(key))]

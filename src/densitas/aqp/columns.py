@@ -189,7 +189,7 @@ def stored_dispersion(info: ColumnInfo, columns: Iterable[str]) -> np.ndarray | 
 def stored_placement(info: ColumnInfo, columns: Iterable[str] | None) -> float | None:
     """``info``'s measured placement error (:attr:`ColumnInfo.placement_error`) for answers split by the set of
     group ``columns``; the largest measured where that set is not stored or not given; None where the column
-    has no measurements (a synopsis built in parts, or before they were taken).
+    has no measurements (a synopsis built before they were taken).
 
     Examples
     --------

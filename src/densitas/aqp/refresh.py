@@ -255,6 +255,8 @@ def refresh(con: Connector, table: str, *, verify: bool = False) -> RefreshResul
             occ = con.fetch_df(_union([b.occupied(binned, j) for j in range(len(infos))]))
             for info in infos:  # the appended rows change how the ends' rows are split among the groups: not
                 info.end_dispersion = {}  # measured again here, so the ends keep the row-by-row placement
+            # the rows' shape within the bins (ColumnInfo.placement_error) is kept: a rate relative to the bins'
+            # rows, which rows appended alike keep; the probes' counts are not stored to measure it again
             con.execute(new.edges.create(new.id))
             con.insert_frame(new.edges.table(new.id), _edges_frame(infos, occ))
             b._drop(con, binned.table)
