@@ -266,6 +266,7 @@ PROBE_RES = 16
 BINNED = "_densitas_binned"  # temporary: every row's group id, fine bins and values
 EDGES_TMP = "_densitas_edges"  # temporary: the bins' lower edges, for binning
 QUOTA = "_densitas_quota"  # temporary: each group's sample quota
+PROBES_TMP = "_densitas_probes"  # temporary: the points each continuous column's fine bins are probed at
 
 
 def _col(name: str, qualifier: str | None = None) -> exp.Column:
@@ -944,7 +945,7 @@ def write_histograms(con: Connector, tables: SynopsisTables, binned: Binned, inf
         con.execute(exp.insert(hist, marg))
         occ.append(con.fetch_df(occupied(binned, j)))
     occ_all = pd.concat(occ, ignore_index=True)
-    probes = merge_probes([con.fetch_df(q) for q in continuous_probes(binned, infos)])
+    probes = merge_probes([fetch_probe_counts(con, binned, infos)])
     con.execute(tables.edges.create(tables.id))
     con.insert_frame(tables.edges.table(tables.id), edges_frame(infos, occ_all))
     labels = None
@@ -1011,20 +1012,17 @@ def probe_points(info: ColumnInfo) -> np.ndarray:
     return np.round(raw / info.step) * info.step if info.step > 0 else raw
 
 
-def probe_counts(binned: Binned, j: int, points: np.ndarray, step: float) -> exp.Select:
+def probe_counts(binned: Binned, j: int, step: float) -> exp.Select:
     """Per group and non-empty fine bin of column ``j``: ``(col, gid, bin, nq1, nq2, nq3)``, its rows below each
-    of the bin's ``points`` (:func:`probe_points`; half a step below, the values lying on the step's grid).
+    of the bin's probe points (the temporary table :data:`PROBES_TMP` of :func:`write_probe_points`; half a step
+    below, the values lying on the step's grid).
 
     Examples
     --------
-    >>> probe_counts(Binned("binned", 1), 0, np.array([[1.0, 2.0, 3.0]]), 1.0).named_selects
+    >>> probe_counts(Binned("binned", 1), 0, 1.0).named_selects
     ['col', 'gid', 'bin', 'nq1', 'nq2', 'nq3']
     """
     names = [f"q{k}" for k in PROBES]
-    rows = [exp.Tuple(expressions=[_num(i + 1), *(_float(q) for q in qs)]) for i, qs in enumerate(points)]
-    table = exp.Values(expressions=rows, alias=exp.TableAlias(
-        this=exp.to_identifier("pr", quoted=True),
-        columns=[exp.to_identifier(c, quoted=True) for c in ["bin", *names]]))
     v = exp.column(f"v{j}", "t", quoted=True)
 
     def below(name: str) -> exp.Expression:
@@ -1033,12 +1031,42 @@ def probe_counts(binned: Binned, j: int, points: np.ndarray, step: float) -> exp
             .else_(_num(0)))
 
     gid = exp.column("gid", "t", quoted=True)
+    on = exp.and_(exp.column(f"b{j}", "t", quoted=True).eq(_col("bin", "pr")), _col("col", "pr").eq(_num(j)))
     return sqlglot.select(exp.alias_(_num(j), "col", quoted=True), exp.alias_(gid, "gid", quoted=True),
                           exp.alias_(_col("bin", "pr"), "bin", quoted=True),
                           *(exp.alias_(below(q), f"n{q}", quoted=True) for q in names)) \
         .from_(exp.alias_(binned.table, "t", table=True, quoted=True)) \
-        .join(table, on=exp.column(f"b{j}", "t", quoted=True).eq(_col("bin", "pr"))) \
+        .join(exp.alias_(exp.table_(PROBES_TMP, quoted=True), "pr", table=True, quoted=True), on=on) \
         .group_by(gid, _col("bin", "pr"))
+
+
+def write_probe_points(con: Connector, infos: Sequence[ColumnInfo]) -> list[int]:
+    """The temporary table :data:`PROBES_TMP` of each continuous column's :func:`probe_points` (``col, bin, q1,
+    q2, q3``); returns those columns (none for a discrete one: its bins are its values)."""
+    cols = [j for j, info in enumerate(infos) if not info.discrete and info.bins]
+    if not cols:
+        return cols
+    frames = []
+    for j in cols:
+        pts = probe_points(infos[j])
+        frames.append(pd.DataFrame({"col": np.full(len(pts), j, dtype=np.int32),
+                                    "bin": np.arange(1, len(pts) + 1, dtype=np.int32),
+                                    **{f"q{k}": pts[:, t] for t, k in enumerate(PROBES)}}))
+    con.create_temp_table(PROBES_TMP, pd.concat(frames, ignore_index=True))
+    return cols
+
+
+def fetch_probe_counts(con: Connector, binned: Binned, infos: Sequence[ColumnInfo]) -> pd.DataFrame | None:
+    """:func:`probe_counts` of every continuous column, in one query over the binned rows' table; None without
+    continuous columns. The probe points' temporary table is dropped after."""
+    cols = write_probe_points(con, infos)
+    if not cols:
+        return None
+    try:
+        queries = [probe_counts(binned, j, infos[j].step) for j in cols]
+        return con.fetch_df(queries[0] if len(queries) == 1 else exp.union(*queries, distinct=False))
+    finally:
+        _drop(con, exp.table_(PROBES_TMP, quoted=True))
 
 
 def merge_probes(parts: Sequence[pd.DataFrame]) -> pd.DataFrame:
@@ -1282,12 +1310,6 @@ def set_placement_error(infos: list[ColumnInfo], occ: pd.DataFrame, probes: pd.D
     for j, info in enumerate(infos):
         if not info.discrete:
             info.placement_error = placement_error(occ, probes, labels, group_by, j, info)
-
-
-def continuous_probes(binned: Binned, infos: Sequence[ColumnInfo]) -> list[exp.Select]:
-    """:func:`probe_counts` of each continuous column (none for a discrete one: its bins are its values)."""
-    return [probe_counts(binned, j, probe_points(info), info.step) for j, info in enumerate(infos)
-            if not info.discrete and info.bins]
 
 
 def _by_class(a: np.ndarray, cls: np.ndarray) -> np.ndarray:

@@ -318,8 +318,7 @@ def partition_synopsis(plan: PartitionPlan, index: int) -> dict[str, Any]:
                            _a(exp.Sum(this=binned.v(j)), "s")).from_(binned.table).group_by(b._col("gid"), binned.b(j))
             for j in range(k)]))
         out["occupied"] = con.fetch_df(_union([b.occupied(binned, j) for j in range(k)]))
-        probes = b.continuous_probes(binned, infos)
-        out["probes"] = con.fetch_df(_union(probes)) if probes else None
+        out["probes"] = b.fetch_probe_counts(con, binned, infos)
         numeric = [j for j, info in enumerate(infos) if info.numeric]
         nullable = [j for j in numeric if infos[j].nullable]
         names = ["n", *(f"s{j}" for j in numeric), *(f"nn{j}" for j in nullable)]
