@@ -945,7 +945,7 @@ def write_histograms(con: Connector, tables: SynopsisTables, binned: Binned, inf
         con.execute(exp.insert(hist, marg))
         occ.append(con.fetch_df(occupied(binned, j)))
     occ_all = pd.concat(occ, ignore_index=True)
-    probes = merge_probes([fetch_probe_counts(con, binned, infos)])
+    probes = fetch_probe_counts(con, binned, infos)
     con.execute(tables.edges.create(tables.id))
     con.insert_frame(tables.edges.table(tables.id), edges_frame(infos, occ_all))
     labels = None
@@ -1069,11 +1069,19 @@ def fetch_probe_counts(con: Connector, binned: Binned, infos: Sequence[ColumnInf
         _drop(con, exp.table_(PROBES_TMP, quoted=True))
 
 
-def merge_probes(parts: Sequence[pd.DataFrame]) -> pd.DataFrame:
-    """:func:`probe_counts`' rows of parts of a table, added up per column, group and bin."""
+def merge_probes(parts: Sequence[pd.DataFrame | None]) -> pd.DataFrame | None:
+    """:func:`probe_counts`' rows of parts of a table, added up per column, group and bin (None where no part
+    has any: no continuous column).
+
+    Examples
+    --------
+    >>> a = pd.DataFrame({"col": [0], "gid": [0], "bin": [1], "nq1": [2], "nq2": [3], "nq3": [4]})
+    >>> merge_probes([a, a.assign(bin=[2]), a])[["bin", "nq2"]].values.tolist()
+    [[1, 6], [2, 3]]
+    """
     got = [p for p in parts if p is not None and len(p)]
     if not got:
-        return pd.DataFrame(columns=["col", "gid", "bin", *(f"nq{k}" for k in PROBES)])
+        return None
     return pd.concat(got, ignore_index=True).groupby(["col", "gid", "bin"], as_index=False).sum()
 
 
@@ -1170,11 +1178,9 @@ def end_dispersion(occ: pd.DataFrame, labels: pd.DataFrame, group_by: list[str],
     np.add.at(n, (g_idx, b_idx), o["n"].to_numpy(dtype=np.float64))
     for e, c in zip(ends, ("nmin", "nmax"), strict=True):
         np.add.at(e, (g_idx, b_idx), o[c].to_numpy(dtype=np.float64))
-    lab = labels.set_index("gid").reindex(range(G))
     out = {}
     for cols in _group_subsets(group_by):
-        cls = lab.groupby(cols, dropna=False, sort=False).ngroup().to_numpy()
-        cls = np.where(cls < 0, cls.max() + 1, cls)
+        cls = _classes(labels, G, cols)
         n_O = _by_class(n, cls)  # (classes, bins)
         P = n_O / np.maximum(n_O.sum(axis=0), 1)
         per_end = []
@@ -1207,7 +1213,7 @@ def _classes(labels: pd.DataFrame | None, G: int, cols: list[str]) -> np.ndarray
     return np.where(cls < 0, cls.max() + 1, cls)
 
 
-def placement_error(occ: pd.DataFrame, probes: pd.DataFrame, labels: pd.DataFrame | None,
+def placement_error(occ: pd.DataFrame, probes: pd.DataFrame | None, labels: pd.DataFrame | None,
                     group_by: Sequence[str], j: int, info: ColumnInfo) -> dict[str, float]:
     """How far the rows strictly inside column ``j``'s fine bins lie from the even spread the model places them
     by (:meth:`~densitas.aqp.synopsis.Synopsis._shares`) beyond what rows placed at random and the density's
@@ -1242,7 +1248,7 @@ def placement_error(occ: pd.DataFrame, probes: pd.DataFrame, labels: pd.DataFram
     {'[]': 0.09059}
     """
     o = occ.loc[occ["col"] == j]
-    pr = probes.loc[probes["col"] == j] if probes is not None and "col" in probes.columns else probes
+    pr = None if probes is None else probes.loc[probes["col"] == j]
     if pr is None or o.empty or pr.empty:
         return {}
     G = 1 if labels is None else int(labels["gid"].max()) + 1
@@ -1303,7 +1309,7 @@ def placement_error(occ: pd.DataFrame, probes: pd.DataFrame, labels: pd.DataFram
     return out
 
 
-def set_placement_error(infos: list[ColumnInfo], occ: pd.DataFrame, probes: pd.DataFrame,
+def set_placement_error(infos: list[ColumnInfo], occ: pd.DataFrame, probes: pd.DataFrame | None,
                         labels: pd.DataFrame | None, group_by: Sequence[str]) -> None:
     """Each continuous column's :func:`placement_error` into its ``placement_error`` (a discrete column's bins
     are its values: no bin is cut between its ends)."""

@@ -178,11 +178,9 @@ def stored_dispersion(info: ColumnInfo, columns: Iterable[str]) -> np.ndarray | 
     >>> stored_dispersion(info, ["a"]).tolist(), stored_dispersion(info, ["a", "b"]).tolist()
     ([[0.5], [nan]], [[2.0], [1.0]])
     """
-    stored = info.end_dispersion
-    if not stored:
+    chosen = _stored_for(info.end_dispersion, columns)
+    if chosen is None:
         return None
-    key = subset_key(columns)
-    chosen = [stored[key]] if key in stored else list(stored.values())
     return np.fmax.reduce(np.array([np.array(v, dtype=np.float64) for v in chosen]), axis=0)  # NaN: none
 
 
@@ -197,11 +195,17 @@ def stored_placement(info: ColumnInfo, columns: Iterable[str] | None) -> float |
     >>> stored_placement(info, []), stored_placement(info, ["a"]), stored_placement(info, ["b"])
     (0.09, 0.04, 0.09)
     """
-    stored = info.placement_error
+    chosen = _stored_for(info.placement_error, columns)
+    return None if chosen is None else float(max(chosen))
+
+
+def _stored_for(stored: dict, columns: Iterable[str] | None) -> list | None:
+    """The build's measurements filed under the set of group ``columns`` (:func:`subset_key`), or all of them
+    where that set is not stored or not given (the caller takes the largest); None where nothing is stored."""
     if not stored:
         return None
     key = None if columns is None else subset_key(columns)
-    return float(stored[key]) if key in stored else float(max(stored.values()))
+    return [stored[key]] if key in stored else list(stored.values())
 
 
 def slope_error(w: np.ndarray, lower: np.ndarray, upper: np.ndarray, i: np.ndarray, x: np.ndarray) -> np.ndarray:

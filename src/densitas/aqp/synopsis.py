@@ -776,10 +776,7 @@ class Synopsis:
         G, B1 = self.fine[u].shape
         if rows is None:
             return np.ones((G, B1))
-        m, kept = (c.reshape(G, B1) for c in self._side_counts(u, rows))
-        m_in = np.bincount(rows.cells(u), rows.match[u] & rows.inside, minlength=G * B1).reshape(G, B1)  # whole box
-        m_out = m - kept  # on the far side of u's cut
-        seen = (m >= SEEN_ROWS) & (m_in >= SEEN_SIDE) & (m_out >= SEEN_SIDE)
+        seen = _seen(*self._seen_counts(u, rows))
         parts = rows.ends.get(u)
         if G > 1 and parts is not None:
             seen[:, 1:] &= ~(parts.end_cut & self._partial[:, None])
@@ -789,13 +786,17 @@ class Synopsis:
         """(B_u + 1,): 1 where the whole query sample (every group's rows together) sees a fine bin of ``u`` too
         little for the residuals to correct the model's placement there, by :meth:`_unseen`'s rule: a shape the
         groups share (:meth:`_shape_error`) is corrected by all their sample rows in the bin together."""
-        G, B1 = self.fine[u].shape
         if rows is None:
-            return np.ones(B1)
-        m, kept = (c.reshape(G, B1).sum(axis=0) for c in self._side_counts(u, rows))
-        m_in = np.bincount(rows.cells(u), rows.match[u] & rows.inside, minlength=G * B1).reshape(G, B1).sum(axis=0)
-        seen = (m >= SEEN_ROWS) & (m_in >= SEEN_SIDE) & (m - kept >= SEEN_SIDE)
-        return (~seen).astype(np.float64)
+            return np.ones(self.fine[u].shape[1])
+        return (~_seen(*(c.sum(axis=0) for c in self._seen_counts(u, rows)))).astype(np.float64)
+
+    def _seen_counts(self, u: int, rows: _Rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(G, B_u + 1) three times: per group and fine bin of ``u``, the query's sample rows there, those of them
+        inside the whole box, and those beyond ``u``'s cut (:meth:`_unseen`, :meth:`_unseen_by_sample`)."""
+        G, B1 = self.fine[u].shape
+        m, kept = (c.reshape(G, B1) for c in self._side_counts(u, rows))
+        m_in = np.bincount(rows.cells(u), rows.match[u] & rows.inside, minlength=G * B1).reshape(G, B1)
+        return m, m_in, m - kept
 
     def _placed_inside(self, S: list[int], phis: dict, rows: _Rows) -> np.ndarray:
         """(m,): each query sample row's part in the box, as the fit's targets take it: 1 or 0 as the row is in the
@@ -1961,11 +1962,13 @@ class Synopsis:
                     # which of the bin's rows are at the end, row by row (_placement_moments centres their values)
                     disp[:, 1:] = np.where(split[u] & self._partial[:, None], 1.0, disp[:, 1:])
                 bern = share * (1 - share) * placed
-                shape = self._shape_error(u, grouping) * bern * placed
-                if parts is not None:  # only where the box cuts between a bin's ends (not at an end only)
-                    shape[:, 1:] *= ~parts.known | ((parts.inner > 0) & (parts.inner < 1))
-                num = bern * disp * unseen + shape * self._unseen_by_sample(u, rows) \
-                    + self._slope_var(u, box[u], unseen)
+                num = bern * disp * unseen + self._slope_var(u, box[u], unseen)
+                kappa = self._shape_error(u, grouping)
+                if kappa > 0:
+                    shape = kappa * bern * placed * self._unseen_by_sample(u, rows)
+                    if parts is not None:  # only where the box cuts between a bin's ends (not at an end only)
+                        shape[:, 1:] *= ~parts.known | ((parts.inner > 0) & (parts.inner < 1))
+                    num = num + shape
                 den = (w * ph).sum(axis=1)
                 out[u] = np.where(den[:, None] > 0, num / np.where(den > 0, den, 1)[:, None] ** 2, 0.0)
         return out
@@ -2336,6 +2339,12 @@ def _reproduced_count(t: int, K: int, pi: np.ndarray, target: np.ndarray, gid: n
     out = np.zeros((G, K, K))
     out[:, t, t] = np.where(both, 0.0, expected / np.maximum(n, 1))
     return out
+
+
+def _seen(m: np.ndarray, m_in: np.ndarray, m_out: np.ndarray) -> np.ndarray:
+    """Whether the sample sees a bin well enough for the residuals to hold its placement error: at least
+    :data:`SEEN_ROWS` sample rows in it, and :data:`SEEN_SIDE` inside the box and as many beyond the cut."""
+    return (m >= SEEN_ROWS) & (m_in >= SEEN_SIDE) & (m_out >= SEEN_SIDE)
 
 
 def _sum_bounds(lo: float, hi: float, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
