@@ -1042,7 +1042,19 @@ def probe_counts(binned: Binned, j: int, step: float) -> exp.Select:
 
 def write_probe_points(con: Connector, infos: Sequence[ColumnInfo]) -> list[int]:
     """The temporary table :data:`PROBES_TMP` of each continuous column's :func:`probe_points` (``col, bin, q1,
-    q2, q3``); returns those columns (none for a discrete one: its bins are its values)."""
+    q2, q3``); returns those columns (none for a discrete one: its bins are its values).
+
+    Examples
+    --------
+    >>> from densitas.aqp.connector import connect
+    >>> con = connect(":memory:")
+    >>> infos = [ColumnInfo("x", "INTEGER", "int", 1.0, lo=0.0, hi=9.0, edges=np.array([0.0, 5.0])),
+    ...          ColumnInfo("k", "INTEGER", "int", 1.0, lo=0.0, hi=3.0, edges=np.arange(4.0), discrete=True)]
+    >>> write_probe_points(con, infos)
+    [0]
+    >>> con.fetch_rows(sqlglot.select("bin", "q2").from_(PROBES_TMP).order_by("bin"))
+    [(1, 2.0), (2, 8.0)]
+    """
     cols = [j for j, info in enumerate(infos) if not info.discrete and info.bins]
     if not cols:
         return cols
@@ -1058,7 +1070,19 @@ def write_probe_points(con: Connector, infos: Sequence[ColumnInfo]) -> list[int]
 
 def fetch_probe_counts(con: Connector, binned: Binned, infos: Sequence[ColumnInfo]) -> pd.DataFrame | None:
     """:func:`probe_counts` of every continuous column, in one query over the binned rows' table; None without
-    continuous columns. The probe points' temporary table is dropped after."""
+    continuous columns. The probe points' temporary table is dropped after.
+
+    Examples
+    --------
+    >>> from densitas.aqp.connector import connect
+    >>> con = connect(":memory:")
+    >>> con.execute("CREATE TABLE binned AS SELECT 0 AS gid, CASE WHEN i < 5 THEN 1 ELSE 2 END AS b0, "
+    ...             "i::DOUBLE AS v0 FROM range(10) t(i)")
+    >>> info = ColumnInfo("x", "INTEGER", "int", 1.0, lo=0.0, hi=9.0, edges=np.array([0.0, 5.0]))
+    >>> got = fetch_probe_counts(con, Binned("binned", 1), [info])       # below 1, 2, 4 and 6, 8, 9
+    >>> got.sort_values("bin")[["bin", "nq1", "nq2", "nq3"]].astype(int).values.tolist()
+    [[1, 1, 2, 4], [2, 1, 3, 4]]
+    """
     cols = write_probe_points(con, infos)
     if not cols:
         return None
@@ -1312,7 +1336,18 @@ def placement_error(occ: pd.DataFrame, probes: pd.DataFrame | None, labels: pd.D
 def set_placement_error(infos: list[ColumnInfo], occ: pd.DataFrame, probes: pd.DataFrame | None,
                         labels: pd.DataFrame | None, group_by: Sequence[str]) -> None:
     """Each continuous column's :func:`placement_error` into its ``placement_error`` (a discrete column's bins
-    are its values: no bin is cut between its ends)."""
+    are its values: no bin is cut between its ends).
+
+    Examples
+    --------
+    >>> info = ColumnInfo("x", "INTEGER", "int", 1.0, lo=0.0, hi=299.0, edges=np.array([0.0, 100.0, 200.0]))
+    >>> occ = pd.DataFrame({"col": 0, "gid": 0, "bin": [1, 2, 3], "vmin": [0.0, 100.0, 200.0],
+    ...                     "vmax": [99.0, 199.0, 299.0], "nmin": 1, "nmax": 1, "n": 100})
+    >>> probes = pd.DataFrame({"col": 0, "gid": 0, "bin": [1, 2, 3], "nq1": 25, "nq2": 50, "nq3": 75})
+    >>> set_placement_error([info], occ, probes, None, [])
+    >>> info.placement_error          # rows spread evenly: nothing beyond random placement
+    {'[]': 0.0}
+    """
     for j, info in enumerate(infos):
         if not info.discrete:
             info.placement_error = placement_error(occ, probes, labels, group_by, j, info)
