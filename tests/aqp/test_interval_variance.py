@@ -23,9 +23,12 @@ def _parts(eng: Engine, sql: str, monkeypatch) -> tuple[float, float, float]:
     bins, and the split of a cut end's rows among the groups) and of the residuals alone (with what the fit's
     dropped directions add, which stays in both). Without the fine bins no sample row of the group lies in
     (``Synopsis._unseen_bins``), which is neither term and is added after they are combined (DENSITAS_SEED=
-    3767460937: a bin of the steep x's sparse end)."""
+    3767460937: a bin of the steep x's sparse end), and without the regression's bias (``GroupTotals.bias_shift``),
+    likewise (DENSITAS_SEED=2476250467)."""
     with monkeypatch.context() as outer:
         outer.setattr(syn_mod.Synopsis, "_unseen_bins", lambda self, *args: None)
+        # nor the regression's first-order bias (estimator._regression_bias), added after them as well
+        outer.setattr(GroupTotals, "bias_shift", lambda self, gids, W: None)
         both = _half_width(eng, sql)
         with monkeypatch.context() as m:
             m.setattr(GroupTotals, "residual_variance", lambda self, gids, ss, ks: np.zeros(len(gids)))
@@ -287,6 +290,9 @@ def test_the_dispersion_of_the_values_counts_is_the_tables(rng, monkeypatch, sha
     # the placement term of a bin cut inside (not at an end) is the values' Bernoulli variance: φ times the rows'
     monkeypatch.setattr(syn_mod.Synopsis, "_slope_var", lambda self, j, ivals, unseen=None: 0.0)
     monkeypatch.setattr(syn_mod.Synopsis, "_unseen", lambda self, u, rows: np.ones(self.fine[u].shape))
+    # nor the rows' measured shape within the bins (κ, not a Bernoulli part: DENSITAS_SEED=714945104 measured one
+    # on the repeated values)
+    monkeypatch.setattr(syn_mod.Synopsis, "_shape_error", lambda self, u, grouping: 0.0)
     e = syn.infos[0].edges
     # a bound inside an interior bin spanning several values (a bin of one or two values may be cut at an end,
     # where the build counted the rows: DENSITAS_SEED=86547506 had bin 11 so)

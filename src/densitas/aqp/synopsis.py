@@ -169,6 +169,9 @@ class GroupVariances:
     sampling: np.ndarray
     extrapolation: np.ndarray | None = None
     splits: list[SplitTerm] = dataclasses.field(default_factory=list)
+    # per group, the regression estimator's first-order bias (signed; GroupTotals.bias_shift): an answer over many
+    # groups adds them up, and the interval holds the answer with and without it
+    bias: np.ndarray | None = None
 
     def per_answer(self, codes: np.ndarray, m: int) -> np.ndarray:
         """(m,): the variance of each answer that adds up the groups ``codes`` maps to it: the sampling variances
@@ -182,6 +185,8 @@ class GroupVariances:
         v = np.bincount(codes, self.sampling, minlength=m)
         if self.extrapolation is not None:
             v = v + np.bincount(codes, self.extrapolation, minlength=m) ** 2
+        if self.bias is not None:
+            v = v + np.bincount(codes, self.bias, minlength=m) ** 2
         for t in self.splits:
             v = v + t.per_answer(codes, m)
         return v
@@ -196,7 +201,9 @@ class GroupVariances:
         ([1.0, 0.0], [3.0, 0.0])
         """
         shift = None if self.extrapolation is None else np.where(empty, 0.0, self.extrapolation)
-        return GroupVariances(np.where(empty, 0.0, self.sampling), shift, [t.without(empty) for t in self.splits])
+        bias = None if self.bias is None else np.where(empty, 0.0, self.bias)
+        return GroupVariances(np.where(empty, 0.0, self.sampling), shift, [t.without(empty) for t in self.splits],
+                              bias)
 
 
 @dataclass
@@ -1173,7 +1180,7 @@ class Synopsis:
             if unseen is not None:
                 sampling = sampling + np.maximum(np.einsum("gk,gkl,gl->g", W, unseen[gids], W), 0.0)
             return GroupVariances(sampling + totals.extrapolation_noise(gids, W), totals.extrapolation_shift(gids, W),
-                                  [end.term(gids, W) for end in splits])
+                                  [end.term(gids, W) for end in splits], totals.bias_shift(gids, W))
 
         if whole is not None:  # these groups' answers the grids hold exactly
             return (*_held_exactly(whole[0], whole[1], totals.value, var_fn, self._support(rows)), True)
