@@ -523,10 +523,9 @@ def _regression_bias(e: np.ndarray, lev: np.ndarray, e0: np.ndarray, h0: np.ndar
     sample rows ``d_i = n h_i − 1``; ``E_i`` is taken from the row's residual left out of the fit, ``e_i/(1 − h_i)``
     (the fit's own residuals are shrunk exactly at the far rows: with them the estimate was half the bias a Monte
     Carlo showed, with these within 10%, tests/aqp/test_regression_bias.py). It is ``O(1/n)`` of the total,
-    against a standard error ``O(1/√n)``: nothing in
-    one group, but the groups' biases share a sign where their fits share a shape, and an answer over hundreds of
-    groups adds them up (births' ``SUM(month) WHERE year >= 1980``, 357 groups: 5,027 over inside ±3,472 in one
-    build, 4.0 standard errors in another). A group fitted with the model's prediction alone (the difference
+    against a standard error ``O(1/√n)``: nothing in one group, but the groups' biases share a sign where their
+    fits share a shape, and an answer over hundreds of groups adds them up (births' ``SUM(month) WHERE year >=
+    1980``, 357 groups: 5,027 over inside ±3,472 in one build, 4.0 standard errors in another). A group fitted with the model's prediction alone (the difference
     estimator, leverage 0) or sampled whole has none.
 
     Examples

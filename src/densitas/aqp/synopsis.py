@@ -157,7 +157,8 @@ class GroupVariances:
     """What a query's variance function gives for the groups it is asked about: each group's sampling variance
     (the residuals' or the model's, :func:`interval_variance`, plus the noise of the shift below,
     :meth:`~densitas.aqp.estimator.GroupTotals.extrapolation_noise`) and, where the fit left directions out, what
-    they would move the group's total by (signed, :meth:`~densitas.aqp.estimator.GroupTotals.extrapolation_shift`).
+    they would move the group's total by (signed, :meth:`~densitas.aqp.estimator.GroupTotals.extrapolation_shift`),
+    and the regression estimator's first-order bias (signed, :meth:`~densitas.aqp.estimator.GroupTotals.bias_shift`).
 
     Examples
     --------
