@@ -525,8 +525,8 @@ def _regression_bias(e: np.ndarray, lev: np.ndarray, e0: np.ndarray, h0: np.ndar
     Carlo showed, with these within 10%, tests/aqp/test_regression_bias.py). It is ``O(1/n)`` of the total,
     against a standard error ``O(1/√n)``: nothing in one group, but the groups' biases share a sign where their
     fits share a shape, and an answer over hundreds of groups adds them up (births' ``SUM(month) WHERE year >=
-    1980``, 357 groups: 5,027 over inside ±3,472 in one build, 4.0 standard errors in another). A group fitted with the model's prediction alone (the difference
-    estimator, leverage 0) or sampled whole has none.
+    1980``, 357 groups: 5,027 over inside ±3,472 in one build, 4.0 standard errors in another). A group fitted
+    with the model's prediction alone (the difference estimator, leverage 0) or sampled whole has none.
 
     Examples
     --------
