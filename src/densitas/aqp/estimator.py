@@ -479,13 +479,12 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
     e = np.subtract(yT, forms[:, 0], out=_WORK.get("e", (K, m)))
     e0 = -beta[..., 0]  # (K, G)
     outside = n - rg.rows  # rows with X = (1, 0, …, 0) and y = 0
-    bias = _regression_bias(e, lev, e0, ginv[..., 0, 0], rg, outside, N, n)  # before lev is overwritten below
-    # for the variance, each residual as if its row had been left out of the fit (e/(1 − h), h its leverage):
-    # a fit with many terms on few rows otherwise shrinks the residuals and the interval with them
-    if LEAVE_ONE_OUT:
-        r, r0 = np.divide(e, _one_minus_capped(lev)), e0 / _one_minus_capped(ginv[..., 0, 0].copy())
-    else:
-        r, r0 = e.copy(), e0
+    e_sums = rg.sums(e) + outside[:, None] * e0.T  # (G, K)
+    # each residual as if its row had been left out of the fit (e/(1 − h), h its leverage): for the variance, a fit
+    # with many terms on few rows otherwise shrinks the residuals and the interval with them; and for the bias
+    loo, loo0 = np.divide(e, _one_minus_capped(lev)), e0 / _one_minus_capped(ginv[..., 0, 0].copy())
+    bias = _regression_bias(rg.sums(loo) + outside[:, None] * loo0.T, e_sums, N, n)
+    r, r0 = (loo, loo0) if LEAVE_ONE_OUT else (e.copy(), e0)
     if G_WEIGHTS:  # times each row's calibration weight g (ibid. eq. 6.6.10): a fit that moves the sample far to
         # reach the population totals (Z − HT large along weakly sampled directions) widens the interval
         forms[:, 1] += 1.0
@@ -494,7 +493,7 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
     model = (Xt * beta).sum(axis=2).T  # (G, K)
     extrapolation, shift_scatter = (None, None) if pull is None else \
         _shift(forms[:, 2], e, pull[..., 0], e0, rg, outside)
-    corr = (N / np.maximum(n, 1))[:, None] * (rg.sums(e) + outside[:, None] * e0.T)
+    corr = (N / np.maximum(n, 1))[:, None] * e_sums
     value = model + corr
     if LEAVE_ONE_OUT:
         dfs = np.repeat((n - 1.0)[:, None], K, axis=1)
@@ -510,11 +509,11 @@ def regression_totals(y: np.ndarray, aux: list[Auxiliaries], gid: np.ndarray, N:
                        shift_scatter, bias)
 
 
-def _regression_bias(e: np.ndarray, lev: np.ndarray, e0: np.ndarray, h0: np.ndarray, rg: _RowGroups,
-                     outside: np.ndarray, N: np.ndarray, n: np.ndarray) -> np.ndarray:
+def _regression_bias(loo_sums: np.ndarray, e_sums: np.ndarray, N: np.ndarray, n: np.ndarray) -> np.ndarray:
     """(G, K): per group and key, the regression estimator's bias to first order, estimated from the sample,
     ``−(1 − n/N)(N/n) Σ_i h_i e_i/(1 − h_i)`` over the group's sample rows (``e`` the residuals, ``h`` the
-    leverages in the group's fit, capped at :data:`MAX_LEVERAGE`; a row not given has ``e0`` and ``h0``).
+    leverages in the group's fit, capped at :data:`MAX_LEVERAGE`), from the sums per group of the left-out
+    residuals ``e_i/(1 − h_i)`` (``loo_sums``) and of the residuals (``e_sums``): ``h e/(1 − h) = e/(1 − h) − e``.
 
     The estimate is ``T̂ = Ŷ + β̂ᵀ(Z − Ẑ)``; its error less the residuals' expansion is ``−(β̂ − B)ᵀ(Ẑ − Z)``, and
     the two factors are correlated through the rows far from the sample's mean of the terms: under simple random
@@ -530,15 +529,12 @@ def _regression_bias(e: np.ndarray, lev: np.ndarray, e0: np.ndarray, h0: np.ndar
 
     Examples
     --------
-    >>> rg = _RowGroups(np.array([0, 0, 0]), 1)
-    >>> _regression_bias(np.array([[1.0, -1.0, 0.0]]), np.array([[0.5, 0.1, 0.2]]), np.zeros((1, 1)),
-    ...                  np.zeros((1, 1)), rg, np.array([0.0]), np.array([30.0]), np.array([3.0])).round(6).tolist()
+    >>> e, h = np.array([1.0, -1.0, 0.0]), np.array([0.5, 0.1, 0.2])   # three rows, one group and key
+    >>> loo = (e / (1 - h)).sum()
+    >>> _regression_bias(np.array([[loo]]), np.array([[e.sum()]]), np.array([30.0]), np.array([3.0])).round(6).tolist()
     [[-8.0]]
     """
-    h = np.clip(np.nan_to_num(lev, nan=0.0, posinf=0.0, neginf=0.0), 0.0, MAX_LEVERAGE)
-    h0 = np.clip(np.nan_to_num(h0, nan=0.0, posinf=0.0, neginf=0.0), 0.0, MAX_LEVERAGE)
-    eh = rg.sums(e * h / (1.0 - h)) + outside[:, None] * (e0 * h0 / (1.0 - h0)).T
-    return -((1.0 - n / np.maximum(N, 1)) * N / np.maximum(n, 1))[:, None] * eh
+    return -((1.0 - n / np.maximum(N, 1)) * N / np.maximum(n, 1))[:, None] * (loo_sums - e_sums)
 
 
 def _dropped_pull(ginv_dropped: np.ndarray | None, Xt: np.ndarray, xsum: np.ndarray, N: np.ndarray,

@@ -321,8 +321,17 @@ class _Rows:
         self.ends: dict[int, _Ends | None] = {}  # per predicate column, its bins' ends in the box (Synopsis._shares)
         self.end_rows: dict[int, tuple | None] = {}  # per predicate column, Synopsis._end_rows
         self.sides: dict[int, tuple] = {}  # per predicate column, Synopsis._side_counts
+        self.seen: dict[int, tuple] = {}  # per predicate column, Synopsis._seen_counts
+        self._boxed: np.ndarray | None = None  # per group, its rows in the box (boxed_per_group)
         self.inside = np.ones(len(idx), dtype=bool)  # whether the row is in the query's box (set by the caller)
         self.match: dict[int, np.ndarray] = {}  # per predicate column, whether the row meets its condition
+
+    def boxed_per_group(self, G: int) -> np.ndarray:
+        """(G,): per group, how many of these rows lie in the query's box (``inside``, set by the caller before);
+        computed once."""
+        if self._boxed is None:
+            self._boxed = np.bincount(self.gid[self.inside], minlength=G)
+        return self._boxed
 
     def position(self, sample_rows: np.ndarray) -> np.ndarray:
         """The positions among these rows (``idx`` is sorted) of those of the sample's rows ``sample_rows`` that
@@ -800,11 +809,15 @@ class Synopsis:
 
     def _seen_counts(self, u: int, rows: _Rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(G, B_u + 1) three times: per group and fine bin of ``u``, the query's sample rows there, those of them
-        inside the whole box, and those beyond ``u``'s cut (:meth:`_unseen`, :meth:`_unseen_by_sample`)."""
-        G, B1 = self.fine[u].shape
-        m, kept = (c.reshape(G, B1) for c in self._side_counts(u, rows))
-        m_in = np.bincount(rows.cells(u), rows.match[u] & rows.inside, minlength=G * B1).reshape(G, B1)
-        return m, m_in, m - kept
+        inside the whole box, and those beyond ``u``'s cut (:meth:`_unseen`, :meth:`_unseen_by_sample`); computed
+        once per query and column."""
+        got = rows.seen.get(u)
+        if got is None:
+            G, B1 = self.fine[u].shape
+            m, kept = (c.reshape(G, B1) for c in self._side_counts(u, rows))
+            m_in = np.bincount(rows.cells(u), rows.match[u] & rows.inside, minlength=G * B1).reshape(G, B1)
+            got = rows.seen[u] = (m, m_in, m - kept)
+        return got
 
     def _placed_inside(self, S: list[int], phis: dict, rows: _Rows) -> np.ndarray:
         """(m,): each query sample row's part in the box, as the fit's targets take it: 1 or 0 as the row is in the
@@ -1498,7 +1511,7 @@ class Synopsis:
         bin in such a group takes both), and to :meth:`_unseen_nulls`' for a non-NULL count (a small overlap:
         ``p(1 − p)`` beside ``count/N``)."""
         G = len(self.N)
-        seen = np.bincount(rows.gid[rows.inside], minlength=G)
+        seen = rows.boxed_per_group(G)
         empty = (seen == 0) & (count > 0) & (self.n > 0) & (self.n < self.N)
         if not empty.any():
             return None
@@ -1540,7 +1553,7 @@ class Synopsis:
             return None
         G = len(self.N)
         s2 = np.zeros(G)
-        boxed = np.bincount(rows.gid[rows.inside], minlength=G) > 0
+        boxed = rows.boxed_per_group(G) > 0
         for u in S:
             missing = self._missing_bins(u)
             if not missing.any():
